@@ -1,0 +1,45 @@
+// Runtime settings, read from NORMKIT_* environment variables when the runtime is
+// created (and again on Runtime::reload_config()), never on the launch path.
+// The README's environment table documents each one; keep the two in sync.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normkit::rt {
+
+enum class CacheMode {
+  disk,    // memory cache in front of the disk cache (default)
+  memory,  // memory cache only (NORMKIT_CACHE_MODE=memory)
+  off,     // no caching at all: every request compiles (NORMKIT_CACHE_MODE=off)
+};
+
+struct Config {
+  CacheMode cache_mode = CacheMode::disk;
+  std::filesystem::path cache_dir;      // resolved: NORMKIT_CACHE_DIR > XDG_CACHE_HOME/normkit > ~/.cache/normkit
+  bool run_only = false;                // NORMKIT_RUN_ONLY=1: a cache miss is an error
+  std::optional<std::string> arch;      // NORMKIT_ARCH: explicit target (sm_90a, compute_90, ...)
+  std::string nvrtc_path;               // NORMKIT_NVRTC_PATH: file or directory
+  std::string driver_path;              // NORMKIT_CUDA_DRIVER_PATH: libcuda to open instead of libcuda.so.1
+  std::filesystem::path dump_dir;       // NORMKIT_DUMP_DIR: write source / PTX / SASS / ptxas report per compile
+  bool ptxas_verbose = false;           // NORMKIT_PTXAS_VERBOSE=1: log the ptxas report of each compile
+  bool assert_no_spills = false;        // NORMKIT_ASSERT_NO_SPILLS=1: a compile with local-memory spills is an error
+  bool log_compiles = false;            // NORMKIT_LOG_COMPILES=1: log every compile with its time
+  // Codegen-affecting variables: they change the binary, so they are part of every cache key.
+  bool lineinfo = false;                // NORMKIT_LINEINFO=1: compile with -lineinfo
+  std::vector<std::string> extra_nvrtc_flags;  // NORMKIT_NVRTC_FLAGS: extra NVRTC options, whitespace separated
+
+  static Config from_environment();
+  // name=value pairs of the codegen-affecting variables, for cache keys.
+  std::vector<std::pair<std::string, std::string>> codegen_environment() const;
+};
+
+// Resolves the cache directory from the environment (see Config::cache_dir).
+std::filesystem::path default_cache_dir();
+
+// Reads an environment variable as a boolean (1/true/yes/on); anything else is false.
+bool env_flag(const char* name);
+
+}  // namespace normkit::rt

@@ -1,0 +1,126 @@
+// The JIT kernel runtime: KernelSource -> cache key -> (memory | disk | NVRTC) ->
+// per-device module -> launch on the caller's stream.
+//
+// One process-wide Runtime owns the CUDA driver and NVRTC (both dlopen()ed on
+// first GPU use; nothing here links against them), the memory cache of compiled
+// binaries (shared by all devices of one target) and the per-device loaded
+// functions (never shared between devices). It is thread-safe. Operator
+// libraries wrap it in one small object per kernel family that turns their
+// arguments into a KernelSource and a LaunchConfig.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normkit/runtime/config.hpp"
+#include "normkit/runtime/kernel.hpp"
+#include "normkit/runtime/target.hpp"
+
+namespace normkit::rt {
+
+using Stream = void*;  // a CUstream / cudaStream_t; nullptr is the legacy default stream
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct LaunchConfig {
+  Dim3 grid, block;
+  unsigned shared_bytes = 0;   // dynamic shared memory
+  Dim3 cluster{0, 0, 0};       // thread-block cluster dims; x == 0 means no cluster attribute
+  bool pdl = false;            // programmatic dependent launch (programmatic stream serialization)
+  Stream stream = nullptr;
+};
+
+struct Counters {
+  std::uint64_t compiles = 0;       // NVRTC compiles done by this process
+  std::uint64_t memory_hits = 0;    // binaries served from the in-process cache
+  std::uint64_t disk_hits = 0;      // binaries read from the disk cache
+  std::uint64_t disk_invalid = 0;   // disk entries rejected as corrupt/mismatched (recompiled)
+  std::uint64_t module_loads = 0;   // modules loaded into a device context
+  std::uint64_t launches = 0;
+  std::uint64_t compile_ns = 0;     // wall time spent in NVRTC
+  std::uint64_t disk_read_ns = 0;   // wall time spent reading + validating disk entries
+  std::uint64_t load_ns = 0;        // wall time spent in cuModuleLoadData + cuModuleGetFunction
+};
+
+struct DeviceInfo {
+  int ordinal = -1;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  Target target;  // resolved compile target
+};
+
+// A kernel loaded into one device's primary context.
+struct LoadedKernel {
+  int device = -1;
+  void* function = nullptr;          // CUfunction
+  std::shared_ptr<const CompiledKernel> compiled;
+};
+
+class Runtime {
+ public:
+  static Runtime& instance();
+
+  // Re-reads NORMKIT_* variables (tests and front ends that change the environment).
+  void reload_config();
+  Config config() const;
+
+  // --- target resolution -------------------------------------------------
+  // The device all non-null pointers live on; throws if they disagree, if one is
+  // host memory, or if all are null (`what` names the arguments in errors).
+  int device_of(const std::vector<const void*>& pointers, const std::vector<std::string>& names);
+  DeviceInfo device_info(int device);  // cached per ordinal
+  int device_count();
+  // The compile target for `device`: NORMKIT_ARCH if set, else resolved from its capability.
+  Target target_for_device(int device);
+  ToolchainInfo toolchain(bool need_driver);
+
+  // --- compile & load ----------------------------------------------------
+  // Compile-only (no GPU needed): an explicit target is required.
+  std::shared_ptr<const CompiledKernel> compile(const KernelSource& kernel, const Target& target);
+  // The target for compile-only use: `arch` if given, else NORMKIT_ARCH, else an
+  // error (there is no default architecture).
+  Target compile_only_target(const std::string& arch = "");
+  // Binary for `device`'s target, loaded into its primary context. If the kernel is
+  // not yet loaded there and `stream` is being captured into a CUDA graph, this
+  // throws ("warm up first") instead of compiling or loading during capture.
+  LoadedKernel get(const KernelSource& kernel, int device, Stream stream = nullptr);
+  // Warms a kernel for each device (compile/load now, so later launches and graph capture need neither).
+  void prepare(const KernelSource& kernel, const std::vector<int>& devices);
+
+  // Launches `kernel` on config.stream under a guard for kernel.device.
+  // args: pointers to each kernel parameter, as for cuLaunchKernel.
+  void launch(const LoadedKernel& kernel, const LaunchConfig& config, void** args);
+  // True when `stream` is being captured into a CUDA graph.
+  bool stream_is_capturing(Stream stream, int device);
+
+  // --- diagnostics -------------------------------------------------------
+  Counters counters() const;
+  void reset_counters();
+  // Forgets loaded modules and the memory cache (tests: simulate a fresh process).
+  void clear_memory_cache();
+  std::string cache_dir() const;
+  bool disk_cache_usable() const;
+  std::string driver_error() const;  // why the driver is unavailable ("" if it loaded)
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+ private:
+  Runtime();
+  ~Runtime();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Extra directories searched for libnvrtc before CUDA_HOME and the system loader
+// (after NORMKIT_NVRTC_PATH). The Python package passes the NVIDIA pip wheels' lib dirs.
+void add_nvrtc_search_dirs(const std::vector<std::string>& dirs);
+
+}  // namespace normkit::rt

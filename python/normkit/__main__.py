@@ -1,0 +1,3 @@
+from normkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+#include "normkit/runtime/config.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "normkit/runtime/error.hpp"
+
+namespace normkit::rt {
+namespace {
+
+std::string env_string(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+bool env_flag(const char* name) {
+  const std::string v = env_string(name);
+  return v == "1" || v == "true" || v == "TRUE" || v == "yes" || v == "on" || v == "ON";
+}
+
+std::filesystem::path default_cache_dir() {
+  if (auto dir = env_string("NORMKIT_CACHE_DIR"); !dir.empty()) return dir;
+  if (auto xdg = env_string("XDG_CACHE_HOME"); !xdg.empty()) return std::filesystem::path(xdg) / "normkit";
+  if (auto home = env_string("HOME"); !home.empty()) return std::filesystem::path(home) / ".cache" / "normkit";
+  // No HOME (some daemons): fall back to a per-user temp location rather than failing.
+  return std::filesystem::temp_directory_path() / "normkit-cache";
+}
+
+Config Config::from_environment() {
+  Config c;
+  const std::string mode = env_string("NORMKIT_CACHE_MODE");
+  if (mode.empty() || mode == "disk") {
+    c.cache_mode = CacheMode::disk;
+  } else if (mode == "memory") {
+    c.cache_mode = CacheMode::memory;
+  } else if (mode == "off") {
+    c.cache_mode = CacheMode::off;
+  } else {
+    NK_THROW("NORMKIT_CACHE_MODE='", mode, "' is not one of disk, memory, off");
+  }
+  c.cache_dir = default_cache_dir();
+  c.run_only = env_flag("NORMKIT_RUN_ONLY");
+  if (auto arch = env_string("NORMKIT_ARCH"); !arch.empty()) c.arch = arch;
+  c.nvrtc_path = env_string("NORMKIT_NVRTC_PATH");
+  c.driver_path = env_string("NORMKIT_CUDA_DRIVER_PATH");
+  c.dump_dir = env_string("NORMKIT_DUMP_DIR");
+  c.ptxas_verbose = env_flag("NORMKIT_PTXAS_VERBOSE");
+  c.assert_no_spills = env_flag("NORMKIT_ASSERT_NO_SPILLS");
+  c.log_compiles = env_flag("NORMKIT_LOG_COMPILES");
+  c.lineinfo = env_flag("NORMKIT_LINEINFO");
+  std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));
+  for (std::string f; flags >> f;) c.extra_nvrtc_flags.push_back(f);
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> Config::codegen_environment() const {
+  std::string flags;
+  for (const auto& f : extra_nvrtc_flags) flags += f + ' ';
+  return {{"NORMKIT_LINEINFO", lineinfo ? "1" : "0"}, {"NORMKIT_NVRTC_FLAGS", flags}};
+}
+
+}  // namespace normkit::rt

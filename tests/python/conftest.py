@@ -1,0 +1,91 @@
+import os
+
+import pytest
+
+from normkit import _C
+
+# Variables that change what the runtime does with a cache or a target; a
+# developer's shell must not leak them into the tests.
+_RUNTIME_ENV = (
+    "NORMKIT_CACHE_MODE",
+    "NORMKIT_RUN_ONLY",
+    "NORMKIT_ARCH",
+    "NORMKIT_ASSERT_NO_SPILLS",
+    "NORMKIT_LINEINFO",
+    "NORMKIT_NVRTC_FLAGS",
+    "NORMKIT_DUMP_DIR",
+)
+
+_gpu_skip_reason = []  # memo: computed once per session
+
+
+def gpu_skip_reason():
+    """None when a GPU is usable, else why not."""
+    if not _gpu_skip_reason:
+        try:
+            count = _C.device_count()
+        except _C.NormkitError as e:
+            reason = f"no usable NVIDIA GPU: {e}"
+        else:
+            reason = None if count > 0 else "no NVIDIA GPU: the CUDA driver reports 0 devices"
+        _gpu_skip_reason.append(reason)
+    return _gpu_skip_reason[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason()
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _fresh_runtime_state():
+    _C.reload_config()
+    _C.clear_memory_cache()
+    _C.reset_counters()
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """Every test gets its own empty cache directory and a fresh runtime state."""
+    directory = tmp_path / "normkit-cache"
+    monkeypatch.setenv("NORMKIT_CACHE_DIR", str(directory))
+    for name in _RUNTIME_ENV:
+        monkeypatch.delenv(name, raising=False)
+    _fresh_runtime_state()
+    yield directory
+    monkeypatch.undo()
+    _fresh_runtime_state()
+
+
+@pytest.fixture
+def nvrtc():
+    """The NVRTC toolchain info; skips when NVRTC cannot be loaded (fails under NORMKIT_TEST_REQUIRE_NVRTC=1)."""
+    try:
+        return _C.toolchain(False)
+    except _C.NormkitError as e:
+        if os.environ.get("NORMKIT_TEST_REQUIRE_NVRTC") == "1":
+            pytest.fail(f"NVRTC is required here (NORMKIT_TEST_REQUIRE_NVRTC=1) but could not be loaded: {e}")
+        pytest.skip(f"NVRTC not available: {e}")
+
+
+@pytest.fixture
+def cli(capsys):
+    """Runs normkit.cli.main in-process; returns (exit code, stdout, stderr)."""
+    from normkit.cli import main
+
+    def run(*argv):
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def gpu_available():
+    return gpu_skip_reason() is None
