@@ -25,7 +25,7 @@ step() {
 
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
-  git rev-parse HEAD 2>/dev/null || echo "commit: (not a git checkout)"
+  echo "commit: ${NORMKIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   nvcc --version | tail -n 2
   $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
