@@ -66,16 +66,21 @@ TEST(LazyCuda, MissingDriverIsAClearErrorNamingWhatIsMissing) {
   EXPECT_FALSE(Runtime::instance().driver_error().empty());
 }
 
-TEST(LazyCuda, CompileOnlyNeverOpensTheDriver) {
+// Compile-only work must not need a driver. (NVRTC itself may map libcuda where one
+// is installed, so the check hides the driver rather than inspecting the process.)
+TEST(LazyCuda, CompileOnlyNeedsNoDriverAndNothingOpensAtStartup) {
   if (!in_child()) {
     const auto dir = nktest::make_temp_dir("lazy");
-    EXPECT_EQ(rerun_in_fresh_process("LazyCuda.CompileOnlyNeverOpensTheDriver", "NORMKIT_CACHE_DIR=" + dir.string()), 0);
+    EXPECT_EQ(rerun_in_fresh_process("LazyCuda.CompileOnlyNeedsNoDriverAndNothingOpensAtStartup",
+                                     "NORMKIT_CUDA_DRIVER_PATH=/nonexistent/libcuda.so.1 NORMKIT_CACHE_DIR=" + dir.string()),
+              0);
     std::filesystem::remove_all(dir);
     return;
   }
   EXPECT_FALSE(maps_contain("libnvrtc")) << mapped("libnvrtc");
   EXPECT_FALSE(maps_contain("libcuda.so")) << mapped("libcuda.so");
-  Runtime::instance().compile(selftest::axpy_source(1), Target::parse("sm_90a"));
+  auto k = Runtime::instance().compile(selftest::axpy_source(1), Target::parse("sm_90a"));
+  EXPECT_FALSE(k->binary.empty());
   EXPECT_TRUE(maps_contain("libnvrtc")) << "NVRTC opens on the first compile";
-  EXPECT_FALSE(maps_contain("libcuda.so")) << "the driver is never opened for compile-only work: " << mapped("libcuda.so");
+  EXPECT_FALSE(Runtime::instance().driver_error().empty()) << "the driver stayed unavailable throughout";
 }

@@ -1,0 +1,179 @@
+// Multi-device behaviour of the runtime against the fake driver (two devices of
+// one architecture; see fake_cuda_driver.cpp). CTest runs each test in its own
+// process with NORMKIT_CUDA_DRIVER_PATH pointing at the fake.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <thread>
+
+#include <cuda.h>
+
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/runtime.hpp"
+#include "normkit/runtime/selftest.hpp"
+
+using namespace normkit::rt;
+
+namespace {
+
+struct FakeProbe {
+  int (*module_loads)(int);
+  int (*launches)(int);
+  void (*last_launch)(unsigned*, unsigned*, int*, int*);
+  unsigned long long (*device_pointer)(int, unsigned long long);
+  unsigned long long (*capturing_stream)();
+};
+
+class MultiDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* path = std::getenv("NORMKIT_CUDA_DRIVER_PATH");
+    ASSERT_NE(path, nullptr) << "run through ctest: NORMKIT_CUDA_DRIVER_PATH must name the fake driver";
+    // The runtime opened (or will open) the same file; dlopen returns that handle.
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    probe_.module_loads = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_module_loads"));
+    probe_.launches = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_launches"));
+    probe_.last_launch = reinterpret_cast<void (*)(unsigned*, unsigned*, int*, int*)>(dlsym(h, "fake_cuda_last_launch"));
+    probe_.device_pointer =
+        reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(dlsym(h, "fake_cuda_device_pointer"));
+    probe_.capturing_stream = reinterpret_cast<unsigned long long (*)()>(dlsym(h, "fake_cuda_capturing_stream"));
+    ASSERT_TRUE(probe_.module_loads && probe_.launches && probe_.last_launch && probe_.device_pointer &&
+                probe_.capturing_stream);
+    char dir[] = "/tmp/normkit-fake-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    setenv("NORMKIT_CACHE_DIR", dir, 1);
+    rt().reload_config();
+    rt().reset_counters();
+  }
+  Runtime& rt() { return Runtime::instance(); }
+  float* on(int device, unsigned long long offset = 0) {
+    return reinterpret_cast<float*>(probe_.device_pointer(device, offset));
+  }
+  FakeProbe probe_{};
+};
+
+}  // namespace
+
+TEST_F(MultiDevice, SeesTwoDevicesWithExactTargets) {
+  ASSERT_EQ(rt().device_count(), 2);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(rt().device_info(d).target.str(), "sm_90a");
+    EXPECT_EQ(rt().device_info(d).name, "Fake GPU " + std::to_string(d));
+  }
+}
+
+TEST_F(MultiDevice, DeviceComesFromTheDataNotTheCurrentDevice) {
+  selftest::axpy(on(1), on(1, 4096), 1000, 2.f, nullptr);
+  int dev = -1;
+  unsigned grid = 0, cluster = 0;
+  int pdl = 0;
+  probe_.last_launch(&grid, &cluster, &pdl, &dev);
+  EXPECT_EQ(dev, 1);
+  EXPECT_EQ(probe_.launches(0), 0);
+}
+
+TEST_F(MultiDevice, BinarySharedHandleLoadedPerDevice) {
+  selftest::axpy(on(1), on(1, 4096), 1000, 2.f, nullptr);
+  selftest::axpy(on(0), on(0, 4096), 1000, 2.f, nullptr);
+  selftest::axpy(on(1), on(1, 4096), 1000, 2.f, nullptr);
+  selftest::axpy(on(0), on(0, 4096), 1000, 2.f, nullptr);
+  const Counters c = rt().counters();
+  EXPECT_EQ(c.compiles, 1u) << "both devices are sm_90a: one binary";
+  EXPECT_EQ(c.module_loads, 2u) << "one module per device";
+  EXPECT_EQ(probe_.module_loads(0), 1);
+  EXPECT_EQ(probe_.module_loads(1), 1);
+  // The fake rejects a function launched outside the context it was loaded in,
+  // so four successful launches prove no handle crossed devices.
+  EXPECT_EQ(probe_.launches(0), 2);
+  EXPECT_EQ(probe_.launches(1), 2);
+  EXPECT_EQ(c.launches, 4u);
+}
+
+TEST_F(MultiDevice, TwoThreadsOnTwoDevices) {
+  auto work = [&](int device) {
+    for (int i = 0; i < 200; ++i) selftest::axpy(on(device), on(device, 1 << 20), 4096, 1.f, nullptr, 1 + i % 3);
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(rt().counters().compiles, 3u);
+  EXPECT_EQ(probe_.module_loads(0), 3);
+  EXPECT_EQ(probe_.module_loads(1), 3);
+  EXPECT_EQ(probe_.launches(0), 200);
+  EXPECT_EQ(probe_.launches(1), 200);
+}
+
+TEST_F(MultiDevice, MixedDevicesAndHostPointersAreClearErrors) {
+  try {
+    selftest::axpy(on(0), on(1), 16, 1.f, nullptr);
+    FAIL();
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x' is on cuda:0 but 'y' is on cuda:1"), std::string::npos) << e.what();
+  }
+  float host[16];
+  try {
+    selftest::axpy(host, on(0), 16, 1.f, nullptr);
+    FAIL();
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x' is not CUDA device memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(rt().counters().launches, 0u);
+}
+
+TEST_F(MultiDevice, ColdKernelUnderCaptureAsksForWarmUpAndPrepareFixesIt) {
+  auto capturing = reinterpret_cast<Stream>(probe_.capturing_stream());
+  try {
+    selftest::axpy(on(1), on(1, 4096), 100, 1.f, capturing);
+    FAIL() << "a cold kernel must not compile or load during capture";
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Warm up first"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(rt().counters().compiles, 0u);
+  EXPECT_EQ(probe_.module_loads(1), 0);
+  rt().prepare(selftest::axpy_source(1), {1});
+  EXPECT_NO_THROW(selftest::axpy(on(1), on(1, 4096), 100, 1.f, capturing));
+  // Prepared for device 1 only: device 0 is still cold under capture.
+  EXPECT_THROW(selftest::axpy(on(0), on(0, 4096), 100, 1.f, capturing), normkit::Error);
+}
+
+TEST_F(MultiDevice, ClusterAndPdlReachTheDriverAndErrorsNameTheKernel) {
+  selftest::axpy(on(0), on(0, 1 << 20), 100000, 1.f, nullptr, 1, 4, true);
+  unsigned grid = 0, cluster = 0;
+  int pdl = 0, dev = -1;
+  probe_.last_launch(&grid, &cluster, &pdl, &dev);
+  EXPECT_EQ(cluster, 4u);
+  EXPECT_EQ(grid % 4, 0u) << "grid rounded up to whole clusters";
+  EXPECT_EQ(pdl, 1);
+  try {
+    selftest::axpy(on(0), on(0, 1 << 20), 100000, 1.f, nullptr, 1, 32, false);
+    FAIL();
+  } catch (const normkit::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("launch of kernel 'selftest_axpy'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cluster 32x1x1"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(MultiDevice, LaunchLeavesTheCallersContextAlone) {
+  // A framework made device 0 current; a launch on device 1's data pushes device
+  // 1's context only for the call and leaves device 0 current afterwards.
+  void* h = dlopen(std::getenv("NORMKIT_CUDA_DRIVER_PATH"), RTLD_NOW | RTLD_LOCAL);
+  auto retain = reinterpret_cast<CUresult (*)(void**, int)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
+  auto push = reinterpret_cast<CUresult (*)(void*)>(dlsym(h, "cuCtxPushCurrent_v2"));
+  auto current = reinterpret_cast<CUresult (*)(void**)>(dlsym(h, "cuCtxGetCurrent"));
+  ASSERT_TRUE(retain && push && current);
+  void* ctx0 = nullptr;
+  ASSERT_EQ(retain(&ctx0, 0), 0);
+  ASSERT_EQ(push(ctx0), 0);
+  selftest::axpy(on(1), on(1, 4096), 100, 1.f, nullptr);
+  EXPECT_EQ(probe_.launches(1), 1);
+  void* now = nullptr;
+  current(&now);
+  EXPECT_EQ(now, ctx0);
+  selftest::axpy(on(0), on(0, 4096), 100, 1.f, nullptr);  // already current: no push needed
+  EXPECT_EQ(probe_.launches(0), 1);
+  current(&now);
+  EXPECT_EQ(now, ctx0);
+}
