@@ -150,6 +150,10 @@ CompiledKernel nvrtc_compile(const KernelSource& kernel, const Target& target, c
   }
   out.ptxas_log = log_text;
   parse_ptxas_report(log_text, out.lowered_name, out);
+  // NVRTC (12.9+) serves repeated PTX->cubin steps from the CUDA compute cache
+  // when a driver is present, and then prints no ptxas report: resources stay -1
+  // and the spill check falls back to the loaded function's local memory size.
+  if (!target.ptx && out.spill_store_bytes < 0) out.meta["ptxas_report"] = "absent (cubin from the CUDA compute cache)";
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out.meta["family"] = kernel.family;
   out.meta["template_args"] = kernel.template_args;

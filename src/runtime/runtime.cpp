@@ -338,6 +338,14 @@ LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream)
            " failed: ", d.error_text(r));
   CUfunction function = nullptr;
   NK_CU_CHECK(d.cuModuleGetFunction(&function, module, compiled->lowered_name.c_str()));
+  if (cfg.assert_no_spills) {
+    // Covers binaries whose ptxas report was unavailable at compile time (see compiler.cpp):
+    // the driver knows the per-thread local memory of what it loaded, spills included.
+    int local_bytes = 0;
+    NK_CU_CHECK(d.cuFuncGetAttribute(&local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function));
+    NK_CHECK(local_bytes == 0, "NORMKIT_ASSERT_NO_SPILLS: kernel ", describe(kernel), " uses ", local_bytes,
+             " bytes of local memory per thread on cuda:", device, " (spills or a stack frame)");
+  }
   impl_->counters.load_ns += elapsed_ns(start);
   impl_->counters.module_loads++;
   LoadedKernel out{device, function, compiled};

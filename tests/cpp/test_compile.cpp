@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 
 #include "../../src/runtime/compiler.hpp"
 #include "normkit/runtime/error.hpp"
@@ -14,11 +15,13 @@ using nktest::FreshRuntime;
 
 namespace {
 
-// Many values live at once under a 32-register cap: ptxas has to spill.
-KernelSource spilling_kernel() {
+// Many values live at once under a 32-register cap: ptxas has to spill. `scale`
+// makes each call's PTX unique: with a driver present NVRTC serves a repeated
+// PTX->cubin step from the CUDA compute cache, without the ptxas report.
+KernelSource spilling_kernel(float scale) {
   KernelSource k;
   k.family = "test_spill";
-  k.template_args = "cap=32";
+  k.template_args = "cap=32 scale=" + std::to_string(scale);
   k.source = R"(
 __global__ void spill(const float* __restrict__ in, float* __restrict__ out) {
   float v[96];
@@ -27,9 +30,10 @@ __global__ void spill(const float* __restrict__ in, float* __restrict__ out) {
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < 96; ++i) acc += v[i] * v[95 - i] * v[(i * 7) % 96];
-  out[threadIdx.x] = acc;
+  out[threadIdx.x] = acc * SCALE;
 }
 )";
+  k.source = "#define SCALE " + std::to_string(scale) + "f\n" + k.source;
   k.entry = "spill";
   k.options = {"-maxrregcount=32"};
   return k;
@@ -92,12 +96,14 @@ TEST_F(Compile, CompileErrorCarriesTheNvrtcLog) {
 TEST_F(Compile, SpillsAreReportedAndCanBeFatal) {
   setenv("NORMKIT_CACHE_MODE", "off", 1);  // every compile below really runs NVRTC
   fresh();
-  auto k = rt().compile(spilling_kernel(), Target::parse("sm_90a"));
+  std::random_device seed;
+  const float scale = 1.0f + static_cast<float>(seed() % 100000) / 7.0f;
+  auto k = rt().compile(spilling_kernel(scale), Target::parse("sm_90a"));
   ASSERT_GT(k->spill_store_bytes, 0) << k->ptxas_log;
   setenv("NORMKIT_ASSERT_NO_SPILLS", "1", 1);
   fresh();
   try {
-    auto again = rt().compile(spilling_kernel(), Target::parse("sm_90a"));
+    auto again = rt().compile(spilling_kernel(scale + 1.0f), Target::parse("sm_90a"));
     FAIL() << "expected NORMKIT_ASSERT_NO_SPILLS to reject the kernel; spill stores " << again->spill_store_bytes
            << ", ptxas report:\n" << again->ptxas_log << "\nfirst report:\n" << k->ptxas_log;
   } catch (const normkit::Error& e) {

@@ -167,8 +167,9 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
-CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute, CUfunction) {
-  *v = 0;
+CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) {
+  const char* local = std::getenv("FAKE_CUDA_LOCAL_BYTES");
+  *v = a == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES && local ? std::atoi(local) : 0;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void**, void**) {

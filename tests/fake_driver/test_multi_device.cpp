@@ -177,3 +177,22 @@ TEST_F(MultiDevice, LaunchLeavesTheCallersContextAlone) {
   current(&now);
   EXPECT_EQ(now, ctx0);
 }
+
+TEST_F(MultiDevice, AssertNoSpillsChecksLocalMemoryAtLoad) {
+  // When NVRTC served the cubin from the CUDA compute cache there is no ptxas
+  // report; the loaded function's local memory size is then what is checked.
+  setenv("NORMKIT_ASSERT_NO_SPILLS", "1", 1);
+  setenv("FAKE_CUDA_LOCAL_BYTES", "64", 1);
+  rt().reload_config();
+  try {
+    selftest::axpy(on(0), on(0, 4096), 100, 1.f, nullptr);
+    FAIL() << "64 bytes of local memory must be rejected";
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("64 bytes of local memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(probe_.launches(0), 0);
+  setenv("FAKE_CUDA_LOCAL_BYTES", "0", 1);
+  EXPECT_NO_THROW(selftest::axpy(on(0), on(0, 4096), 100, 1.f, nullptr));
+  unsetenv("NORMKIT_ASSERT_NO_SPILLS");
+  unsetenv("FAKE_CUDA_LOCAL_BYTES");
+}

@@ -15,7 +15,7 @@ namespace normkit {
 class Error : public std::runtime_error {
  public:
   Error(const std::string& message, const char* file, int line)
-      : std::runtime_error(message + " [" + file + ":" + std::to_string(line) + "]"),
+      : std::runtime_error(message + " [" + project_relative(file) + ":" + std::to_string(line) + "]"),
         message_(message), file_(file), line_(line) {}
   // The message without the location suffix (for front ends that add their own).
   const std::string& message() const { return message_; }
@@ -23,6 +23,13 @@ class Error : public std::runtime_error {
   int line() const { return line_; }
 
  private:
+  // "src/runtime/x.cpp" rather than the build machine's absolute path.
+  static std::string project_relative(const char* file) {
+    const std::string path(file);
+    for (const char* root : {"/src/", "/include/", "/tests/"})
+      if (auto pos = path.rfind(root); pos != std::string::npos) return path.substr(pos + 1);
+    return path;
+  }
   std::string message_;
   const char* file_;
   int line_;
