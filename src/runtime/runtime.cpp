@@ -66,6 +66,15 @@ struct Runtime::Impl {
   std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> binaries;  // key -> binary
   std::unordered_map<std::string, std::shared_ptr<std::mutex>> key_mutexes;
   std::map<std::pair<int, std::string>, LoadedKernel> loaded;  // (device, key) -> handle
+  // Fast path in front of `loaded`: (device, family, template args, entry, options)
+  // -> handle, so a warm get() neither rebuilds the cache key nor SHA-hashes the
+  // source. A cheap hash of the source guards the contract that those fields
+  // determine the source: a family breaking it gets an error, not a wrong kernel.
+  struct WarmEntry {
+    std::size_t source_hash;
+    LoadedKernel kernel;
+  };
+  std::unordered_map<std::string, WarmEntry> warm;
   std::vector<CUmodule> modules;                                // kept for the process lifetime
   std::map<int, DeviceInfo> devices;
   std::map<int, CUcontext> contexts;
@@ -75,7 +84,15 @@ struct Runtime::Impl {
         launches{0}, compile_ns{0}, disk_read_ns{0}, load_ns{0};
   } counters;
 
+  static std::string warm_key(const KernelSource& k, int device) {
+    std::string key = std::to_string(device);
+    for (const std::string* part : {&k.family, &k.template_args, &k.entry}) (key += '\0') += *part;
+    for (const auto& opt : k.options) (key += '\0') += opt;
+    return key;
+  }
+
   void apply_config(Config c) {
+    warm.clear();  // codegen settings or the target override may have changed
     config = std::move(c);
     disk = config.cache_mode == CacheMode::disk ? std::make_shared<DiskCache>(config.cache_dir) : nullptr;
   }
@@ -308,13 +325,27 @@ bool Runtime::stream_is_capturing(Stream stream, int device) {
 }
 
 LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream) {
+  const std::string warm_key = Impl::warm_key(kernel, device);
+  const std::size_t source_hash = std::hash<std::string>{}(kernel.source);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (auto it = impl_->warm.find(warm_key); it != impl_->warm.end()) {
+      NK_CHECK(it->second.source_hash == source_hash, "kernel family '", kernel.family, "' generated two different sources for ",
+               "the same template arguments '", kernel.template_args,
+               "': template_args must name everything the source depends on");
+      return it->second.kernel;
+    }
+  }
   const Config cfg = config();
   const Target target = target_for_device(device);
   const std::string key = impl_->key_for(kernel, target, cfg);
   const bool reuse = cfg.cache_mode != CacheMode::off;
   if (reuse) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (auto it = impl_->loaded.find({device, key}); it != impl_->loaded.end()) return it->second;
+    if (auto it = impl_->loaded.find({device, key}); it != impl_->loaded.end()) {
+      impl_->warm[warm_key] = {source_hash, it->second};
+      return it->second;
+    }
   }
   NK_CHECK(!stream_is_capturing(stream, device), "kernel ", describe(kernel), " is not loaded on cuda:", device,
            " and the stream is being captured into a CUDA graph, where compiling or loading a module is not "
@@ -348,10 +379,13 @@ LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream)
   }
   impl_->counters.load_ns += elapsed_ns(start);
   impl_->counters.module_loads++;
-  LoadedKernel out{device, function, compiled};
+  LoadedKernel out{device, function, compiled, impl_->context(device)};
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->modules.push_back(module);
-  if (reuse) impl_->loaded[{device, key}] = out;
+  if (reuse) {
+    impl_->loaded[{device, key}] = out;
+    impl_->warm[warm_key] = {source_hash, out};
+  }
   return out;
 }
 
@@ -363,7 +397,7 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   NK_CHECK(kernel.function != nullptr && kernel.compiled, "launch: kernel handle is empty (use Runtime::get first)");
   const DriverApi& d = driver();
   const auto fn = static_cast<CUfunction>(kernel.function);
-  ContextGuard guard(impl_->context(kernel.device));
+  ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
 
   CUlaunchAttribute attrs[2];
   unsigned n_attrs = 0;
@@ -431,7 +465,9 @@ void Runtime::reset_counters() {
 void Runtime::clear_memory_cache() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->binaries.clear();
-  impl_->loaded.clear();  // modules stay loaded (kept in `modules`): in-flight work may still use them
+  // Modules stay loaded (kept in `modules`): in-flight work may still use them.
+  impl_->loaded.clear();
+  impl_->warm.clear();
 }
 
 std::string Runtime::cache_dir() const {

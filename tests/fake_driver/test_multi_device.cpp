@@ -196,3 +196,18 @@ TEST_F(MultiDevice, AssertNoSpillsChecksLocalMemoryAtLoad) {
   unsetenv("NORMKIT_ASSERT_NO_SPILLS");
   unsetenv("FAKE_CUDA_LOCAL_BYTES");
 }
+
+TEST_F(MultiDevice, WarmGetIsALookupButCatchesAFamilyThatBreaksItsContract) {
+  KernelSource k = selftest::axpy_source(2);
+  const LoadedKernel first = rt().get(k, 0);
+  const Counters before = rt().counters();
+  const LoadedKernel again = rt().get(k, 0);
+  EXPECT_EQ(again.function, first.function);
+  EXPECT_EQ(again.context, first.context);
+  const Counters after = rt().counters();
+  EXPECT_EQ(after.memory_hits, before.memory_hits) << "a warm get() does not even reach the binary cache";
+  EXPECT_EQ(after.module_loads, before.module_loads);
+  EXPECT_NE(rt().get(k, 1).function, first.function) << "another device gets its own handle";
+  k.source += "// same template arguments, different source\n";
+  EXPECT_THROW(rt().get(k, 0), normkit::Error);
+}

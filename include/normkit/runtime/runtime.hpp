@@ -61,6 +61,7 @@ struct LoadedKernel {
   int device = -1;
   void* function = nullptr;          // CUfunction
   std::shared_ptr<const CompiledKernel> compiled;
+  void* context = nullptr;           // CUcontext the function was loaded in (device's primary context)
 };
 
 class Runtime {
@@ -90,6 +91,9 @@ class Runtime {
   // Binary for `device`'s target, loaded into its primary context. If the kernel is
   // not yet loaded there and `stream` is being captured into a CUDA graph, this
   // throws ("warm up first") instead of compiling or loading during capture.
+  // A repeat call for a kernel already loaded on `device` is a single map lookup
+  // keyed by (device, family, template_args, entry, options): by contract those
+  // determine the generated source within one build, so no source is hashed again.
   LoadedKernel get(const KernelSource& kernel, int device, Stream stream = nullptr);
   // Warms a kernel for each device (compile/load now, so later launches and graph capture need neither).
   void prepare(const KernelSource& kernel, const std::vector<int>& devices);
