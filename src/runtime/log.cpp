@@ -41,6 +41,7 @@ const char* level_name(LogLevel level) {
 
 LogLevel log_level() { return static_cast<LogLevel>(level_storage().load(std::memory_order_relaxed)); }
 void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
+void reload_log_level() { set_log_level(parse_level(std::getenv("NORMKIT_LOG"))); }
 bool log_enabled(LogLevel level) { return level != LogLevel::off && level <= log_level(); }
 
 void log(LogLevel level, const std::string& message) {

@@ -193,7 +193,7 @@ struct Runtime::Impl {
       NK_THROW("NORMKIT_RUN_ONLY is set and kernel ", describe(kernel), " for ", target.str(),
                " is not in the cache (key ", key, ", cache ",
                dc ? dc->root().string() : std::string("memory-only"),
-               "). Precompile it for this target (normkit precompile / Runtime::compile) or unset NORMKIT_RUN_ONLY.");
+               "). Precompile it for this target (Runtime::compile with an explicit target, or prepare() on a machine with this GPU) or unset NORMKIT_RUN_ONLY.");
     }
     const auto start = Clock::now();
     CompiledKernel compiled = nvrtc_compile(kernel, target, key, cfg);
@@ -216,6 +216,7 @@ Runtime& Runtime::instance() {
 
 void Runtime::reload_config() {
   Config c = Config::from_environment();
+  reload_log_level();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->apply_config(std::move(c));
 }

@@ -11,6 +11,7 @@
 #include "normkit/runtime/config.hpp"
 #include "normkit/runtime/disk_cache.hpp"
 #include "normkit/runtime/error.hpp"
+#include "normkit/runtime/log.hpp"
 #include "normkit/runtime/selftest.hpp"
 #include "test_helpers.hpp"
 
@@ -181,4 +182,16 @@ TEST_F(RuntimeCache, ReadOnlyPrefilledCacheServesRunOnly) {
     std::filesystem::permissions(e.path(), std::filesystem::perms::owner_all);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not drop privileges, 11: not served from disk, 12: error";
+}
+
+TEST(Logging, ReloadConfigRereadsTheLogLevel) {
+  setenv("NORMKIT_LOG", "debug", 1);
+  Runtime::instance().reload_config();
+  EXPECT_TRUE(log_enabled(LogLevel::debug));
+  setenv("NORMKIT_LOG", "error", 1);
+  Runtime::instance().reload_config();
+  EXPECT_FALSE(log_enabled(LogLevel::warn));
+  EXPECT_TRUE(log_enabled(LogLevel::error));
+  setenv("NORMKIT_LOG", "warn", 1);
+  Runtime::instance().reload_config();
 }

@@ -11,6 +11,7 @@ enum class LogLevel { off = 0, error = 1, warn = 2, info = 3, debug = 4 };
 
 LogLevel log_level();
 void set_log_level(LogLevel level);  // overrides NORMKIT_LOG (tests, front ends)
+void reload_log_level();             // re-reads NORMKIT_LOG (Runtime::reload_config)
 bool log_enabled(LogLevel level);
 void log(LogLevel level, const std::string& message);
 // Logs at warn level the first time `tag` is seen in this process; returns true if it logged.
