@@ -60,6 +60,7 @@ std::string describe(const KernelSource& k) { return "'" + k.family + "' " + k.t
 
 struct Runtime::Impl {
   mutable std::mutex mutex;
+  std::atomic<std::uint64_t> generation{1};
   Config config;
   std::shared_ptr<DiskCache> disk;  // copied out under `mutex`, so a reload never pulls it from under a caller
 
@@ -219,7 +220,10 @@ void Runtime::reload_config() {
   reload_log_level();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->apply_config(std::move(c));
+  impl_->generation.fetch_add(1, std::memory_order_release);
 }
+
+std::uint64_t Runtime::generation() const { return impl_->generation.load(std::memory_order_acquire); }
 
 Config Runtime::config() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -307,6 +311,18 @@ int Runtime::device_of(const std::vector<const void*>& pointers, const std::vect
   }
   NK_CHECK(device >= 0, "no device pointer among the arguments; cannot tell which GPU to run on");
   return device;
+}
+
+std::optional<int> Runtime::pointer_device(const void* pointer) {
+  if (pointer == nullptr || !driver_unavailable_reason().empty()) return std::nullopt;
+  const DriverApi& d = driver();
+  CUmemorytype type = static_cast<CUmemorytype>(0);
+  int ordinal = -1;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* values[] = {&type, &ordinal};
+  const CUresult r = d.cuPointerGetAttributes(2, attrs, values, reinterpret_cast<CUdeviceptr>(pointer));
+  if (r != CUDA_SUCCESS || type == 0 || type == CU_MEMORYTYPE_HOST || ordinal < 0) return std::nullopt;
+  return ordinal;
 }
 
 std::shared_ptr<const CompiledKernel> Runtime::compile(const KernelSource& kernel, const Target& target) {
@@ -469,6 +485,7 @@ void Runtime::clear_memory_cache() {
   // Modules stay loaded (kept in `modules`): in-flight work may still use them.
   impl_->loaded.clear();
   impl_->warm.clear();
+  impl_->generation.fetch_add(1, std::memory_order_release);
 }
 
 std::string Runtime::cache_dir() const {

@@ -76,6 +76,10 @@ class Runtime {
   // The device all non-null pointers live on; throws if they disagree, if one is
   // host memory, or if all are null (`what` names the arguments in errors).
   int device_of(const std::vector<const void*>& pointers, const std::vector<std::string>& names);
+  // The CUDA ordinal of device memory `pointer`, or nullopt for memory CUDA does
+  // not map as device memory (ordinary or pinned host memory) and when no driver
+  // can be loaded. Never throws for an unknown pointer.
+  std::optional<int> pointer_device(const void* pointer);
   DeviceInfo device_info(int device);  // cached per ordinal
   int device_count();
   // The compile target for `device`: NORMKIT_ARCH if set, else resolved from its capability.
@@ -95,6 +99,10 @@ class Runtime {
   // keyed by (device, family, template_args, entry, options): by contract those
   // determine the generated source within one build, so no source is hashed again.
   LoadedKernel get(const KernelSource& kernel, int device, Stream stream = nullptr);
+  // Changes whenever loaded handles or the configuration are forgotten/changed
+  // (clear_memory_cache, reload_config). Operators that memoize LoadedKernel
+  // handles for their hot path must drop them when it changes.
+  std::uint64_t generation() const;
   // Warms a kernel for each device (compile/load now, so later launches and graph capture need neither).
   void prepare(const KernelSource& kernel, const std::vector<int>& devices);
 

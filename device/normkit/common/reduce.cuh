@@ -1,0 +1,80 @@
+// Sums over the threads that share one row: a sub-warp / warp butterfly, then the
+// warps of the row through shared memory, then the CTAs of a thread-block cluster
+// through distributed shared memory (sm_90+).
+//
+// Invariants:
+//  - Every thread of the group gets the same bits. fp32 addition is commutative,
+//    so at each butterfly stage lanes i and i^m compute the same sum; later stages
+//    read fixed slots in a fixed order.
+//  - The order of additions depends only on the configuration (WIDTH, WARPS,
+//    CLUSTER), never on timing: results are bitwise reproducible run to run.
+//  - All threads of the CTA (all CTAs of the cluster) must call block/cluster
+//    reductions the same number of times: they contain barriers.
+#pragma once
+
+namespace nk {
+
+// Butterfly over aligned groups of WIDTH lanes (WIDTH a power of two, <= 32).
+template <int WIDTH>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int m = WIDTH / 2; m > 0; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m, WIDTH);
+  return v;
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Reads a float from the same shared-memory variable in CTA `rank` of the cluster.
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+  unsigned addr, remote;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// Shared scratch of one row reduction: ROWS independent groups of TPR threads
+// (TPR threads per row, a power of two), each row possibly spread over CLUSTER CTAs.
+template <int ROWS, int TPR, int CLUSTER>
+struct RowReduceStorage {
+  static constexpr int WARPS = TPR > 32 ? TPR / 32 : 1;
+  float warp_partial[ROWS][WARPS];
+  float cta_partial[ROWS];
+};
+
+// Sum of v over the TPR threads of row `sub` (and over the cluster's CTAs).
+template <int ROWS, int TPR, int CLUSTER>
+__device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowReduceStorage<ROWS, TPR, CLUSTER>& s) {
+  constexpr int WIDTH = TPR < 32 ? TPR : 32;
+  v = group_sum<WIDTH>(v);
+  if constexpr (TPR > 32) {
+    constexpr int WARPS = TPR / 32;
+    if ((lane_in_row & 31) == 0) s.warp_partial[sub][lane_in_row / 32] = v;
+    __syncthreads();
+    v = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) v += s.warp_partial[sub][w];
+  }
+  if constexpr (CLUSTER > 1) {
+    if (lane_in_row == 0) s.cta_partial[sub] = v;
+    cluster_sync();  // every CTA's partial is visible cluster-wide
+    v = 0.f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) v += cluster_load(&s.cta_partial[sub], r);
+    cluster_sync();  // nobody overwrites (or exits with) a partial another CTA still reads
+  } else if constexpr (TPR > 32) {
+    __syncthreads();  // warp_partial is reused by the next call
+  }
+  return v;
+}
+
+}  // namespace nk

@@ -1,0 +1,54 @@
+// Element types and conversions for NVRTC-compiled kernels, without cuda_fp16.h /
+// cuda_bf16.h: NVRTC 13 ships neither and user machines need not have the CUDA
+// headers, so the 16-bit types are plain bit containers converted with PTX `cvt`.
+//
+// Invariants: every kernel computes in fp32; to_float() is exact for all three
+// types; from_float<T>() rounds to nearest even (PTX .rn), preserving NaN/Inf.
+// `none` marks an absent tensor in a kernel's template arguments so that the
+// feature compiles away with `if constexpr` instead of a runtime branch.
+#pragma once
+
+namespace nk {
+
+struct bf16 {
+  unsigned short bits;
+};
+struct f16 {
+  unsigned short bits;
+};
+struct none {};
+
+template <class T>
+inline constexpr bool is_none = false;
+template <>
+inline constexpr bool is_none<none> = true;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+// bf16 is the top half of an fp32: widening is a shift (no cvt needed, works on sm_80).
+__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }
+__device__ __forceinline__ float to_float(f16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+template <>
+__device__ __forceinline__ f16 from_float<f16>(float v) {
+  f16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+  return r;
+}
+
+}  // namespace nk

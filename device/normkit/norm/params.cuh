@@ -1,0 +1,64 @@
+// Kernel parameter blocks of the norm kernels. This header is compiled twice: by
+// NVRTC into the kernels and by the host compiler into normkit_norm, which fills
+// the same structs and passes them by value, so the two sides agree on the layout
+// by construction. Plain C++ only: no CUDA types, no host-only headers.
+#pragma once
+
+#if defined(__CUDACC__)
+#define NK_HOST_DEVICE __host__ __device__
+#else
+#define NK_HOST_DEVICE
+#endif
+
+namespace nk {
+
+// Rows of one tensor: row r starts at element
+//   (r / rows_inner) * stride_outer + (r % rows_inner) * stride_inner.
+struct RowsParam {
+  void* data;
+  long long stride_outer;
+  long long stride_inner;
+};
+
+struct RowsShape {
+  long long rows;
+  long long rows_inner;
+  long long heads;  // params have `heads` rows of N; batch row r uses param row r % heads
+};
+
+NK_HOST_DEVICE inline long long row_offset(const RowsParam& t, const RowsShape& s, long long r) {
+  return (r / s.rows_inner) * t.stride_outer + (r % s.rows_inner) * t.stride_inner;
+}
+
+struct RmsNormFwdParams {
+  RowsShape shape;
+  RowsParam x, residual, out, residual_out;
+  const void* weight;
+  const void* bias;
+  float* rstd;
+  float eps;
+  float weight_offset;
+};
+
+struct RmsNormBwdParams {
+  RowsShape shape;
+  RowsParam x, dout, dresidual_out, dx, dresidual;
+  const void* weight;
+  const float* rstd;
+  // fp32 per-CTA partial sums, [parts][heads][N]; parts = gridDim.x / cluster.
+  float* dweight_partial;
+  float* dbias_partial;
+  float weight_offset;
+};
+
+// Deterministic final reduction of the per-CTA partials into dweight / dbias.
+struct ParamGradReduceParams {
+  const float* dweight_partial;
+  const float* dbias_partial;
+  void* dweight;
+  void* dbias;
+  long long parts;
+  long long cols;  // heads * N
+};
+
+}  // namespace nk

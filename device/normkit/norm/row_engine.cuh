@@ -1,0 +1,113 @@
+// How the norm kernels map rows to threads; shared by every norm's forward and
+// backward so that they differ only in their per-element epilogue.
+//
+// Shape of the mapping (all compile-time, chosen per (N, dtypes, arch) by the host
+// heuristics):
+//  - A row of N elements is VEC-wide vectors, NV = N / VEC of them (VEC divides N).
+//  - A CTA holds ROWS rows at once, TPR threads per row (THREADS = ROWS * TPR).
+//    Small N uses many rows per CTA so that a CTA still moves enough bytes.
+//  - Large N splits one row over a cluster of CLUSTER CTAs (sm_90+): CTA rank c
+//    owns the contiguous slice [c * SLICE_V, (c + 1) * SLICE_V) of vectors, and the
+//    row's sums meet in distributed shared memory (reduce.cuh).
+//  - Within a slice, thread `lane` owns vectors lane, lane + TPR, ... (ITEMS of
+//    them): consecutive threads touch consecutive 16-byte chunks, so every warp
+//    access is fully coalesced.
+//  - REGS: the thread's ITEMS vectors stay in registers between the reduction and
+//    the epilogue, so HBM is read once. Without REGS (rows too long for the
+//    register file on targets without clusters) the epilogue re-reads its inputs,
+//    which then mostly come from L2.
+#pragma once
+
+#include "normkit/common/reduce.cuh"
+#include "normkit/common/vector_io.cuh"
+#include "normkit/norm/params.cuh"
+
+namespace nk {
+
+template <int N_, int VEC_, int TPR_, int ROWS_, int CLUSTER_, bool REGS_, int MIN_BLOCKS_>
+struct RowConfig {
+  static constexpr int N = N_;
+  static constexpr int VEC = VEC_;
+  static constexpr int TPR = TPR_;
+  static constexpr int ROWS = ROWS_;
+  static constexpr int CLUSTER = CLUSTER_;
+  static constexpr bool REGS = REGS_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int THREADS = TPR * ROWS;
+  static constexpr int NV = N / VEC;
+  static constexpr int SLICE_V = (NV + CLUSTER - 1) / CLUSTER;
+  static constexpr int ITEMS = (SLICE_V + TPR - 1) / TPR;
+
+  static_assert(N % VEC == 0, "VEC must divide N");
+  static_assert((TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR is a power of two <= 1024");
+  static_assert(THREADS <= 1024, "at most 1024 threads per CTA");
+  static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster of 1..16 CTAs");
+  using Reduce = RowReduceStorage<ROWS, TPR, CLUSTER>;
+};
+
+// One thread's place in the mapping.
+template <class Cfg>
+struct RowThread {
+  int sub;        // which of the CTA's ROWS rows
+  int lane;       // index among the row's TPR threads in this CTA
+  unsigned rank;  // CTA rank within the cluster (0 without clusters)
+
+  __device__ static RowThread make() {
+    RowThread t;
+    t.sub = static_cast<int>(threadIdx.x) / Cfg::TPR;
+    t.lane = static_cast<int>(threadIdx.x) % Cfg::TPR;
+    if constexpr (Cfg::CLUSTER > 1) {
+      t.rank = cluster_rank();
+    } else {
+      t.rank = 0;
+    }
+    return t;
+  }
+  // Vector k of this thread within the CTA's slice (may be past the slice's end).
+  __device__ int slice_vector(int k) const { return k * Cfg::TPR + lane; }
+  __device__ bool owns(int k) const {
+    const int v = slice_vector(k);
+    return v < Cfg::SLICE_V && static_cast<int>(rank) * Cfg::SLICE_V + v < Cfg::NV;
+  }
+  // First element of vector k in the row.
+  __device__ int column(int k) const { return (static_cast<int>(rank) * Cfg::SLICE_V + slice_vector(k)) * Cfg::VEC; }
+};
+
+// Runs f(k) for the thread's items: fully unrolled when the row lives in
+// registers (k must be a compile-time index there), a loop otherwise.
+template <class Cfg, class F>
+__device__ __forceinline__ void for_each_item(F&& f) {
+  if constexpr (Cfg::REGS) {
+#pragma unroll
+    for (int k = 0; k < Cfg::ITEMS; ++k) f(k);
+  } else {
+#pragma unroll 4
+    for (int k = 0; k < Cfg::ITEMS; ++k) f(k);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ const T* row_ptr(const RowsParam& t, const RowsShape& s, long long r) {
+  return static_cast<const T*>(t.data) + row_offset(t, s, r);
+}
+template <class T>
+__device__ __forceinline__ T* row_ptr_mut(const RowsParam& t, const RowsShape& s, long long r) {
+  return static_cast<T*>(t.data) + row_offset(t, s, r);
+}
+
+// Per-column parameter (weight/bias) scaled for the epilogue: (p + offset), or
+// `fallback` when the parameter is absent.
+template <int VEC, class T>
+__device__ __forceinline__ void load_param(const void* base, long long head_offset, int col, float offset,
+                                           float fallback, float (&v)[VEC]) {
+  if constexpr (is_none<T>) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = fallback;
+  } else {
+    load_vec<VEC>(static_cast<const T*>(base) + head_offset + col, v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] += offset;
+  }
+}
+
+}  // namespace nk

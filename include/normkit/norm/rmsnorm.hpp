@@ -1,0 +1,109 @@
+// RMSNorm: the public C++ API of normkit_norm.
+//
+//   h        = x + residual                       (fp32; residual optional)
+//   rstd     = 1 / sqrt(mean(h^2) + eps)          (fp32, one per row)
+//   out      = h * rstd * (weight + weight_offset) + bias     (computed in fp32)
+//   residual_out = h                              (stored in its own dtype)
+//
+// Backward, given h (the `x` of the backward: residual_out when a residual was
+// added, else x), dout and the saved rstd:
+//   xhat = h * rstd,  g = dout * (weight + weight_offset)
+//   dx   = rstd * (g - xhat * mean(g * xhat)) + dresidual_out
+//   dw   = sum_rows dout * xhat,  db = sum_rows dout   (per head in per-head mode)
+//   dresidual = dx (in its own dtype)
+// dw/db are accumulated in fp32 per CTA into a caller-provided workspace and then
+// summed in a fixed order, so results are bitwise identical across runs.
+//
+// Pointers are raw device (or host, for the CPU fallback) pointers; the call is
+// asynchronous on `stream` for device data and synchronous for host data.
+// Arguments are validated before anything is written; errors name the argument.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normkit/norm/types.hpp"
+
+namespace normkit::norm {
+
+struct RmsNormFwdArgs {
+  RowShape shape;
+  Rows x;                  // required
+  Rows residual;           // optional: h = x + residual
+  Rows out;                // required
+  Rows residual_out;       // optional: h stored (requires residual, or stores x itself)
+  Param weight;            // optional, (heads, N)
+  Param bias;              // optional, (heads, N), same heads as weight
+  std::int64_t heads = 1;  // rows of weight/bias; per-head mode when > 1
+  float* rstd = nullptr;   // optional: M fp32 values
+  float eps = 1e-6f;
+  float weight_offset = 0.f;  // requires weight when non-zero (Gemma: 1.0)
+  Device device;
+  Stream stream = nullptr;
+};
+
+struct RmsNormBwdArgs {
+  RowShape shape;
+  Rows x;                  // h as saved by forward (residual_out if a residual was added)
+  Rows dout;               // required
+  Rows dresidual_out;      // optional: gradient flowing into residual_out, added to dx
+  Rows dx;                 // required
+  Rows dresidual;          // optional: receives dx in its own dtype
+  Param weight;            // optional, (heads, N)
+  std::int64_t heads = 1;
+  const float* rstd = nullptr;  // required: M fp32 values from forward
+  void* dweight = nullptr;      // required when weight is present: (heads, N) in weight's dtype
+  Param dbias;                  // optional: (heads, N) in its dtype; db = sum of dout
+  float weight_offset = 0.f;
+  // Device data with weight or dbias: fp32 scratch of rmsnorm_bwd_workspace_bytes().
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  Device device;
+  Stream stream = nullptr;
+};
+
+void rmsnorm_fwd(const RmsNormFwdArgs& args);
+void rmsnorm_bwd(const RmsNormBwdArgs& args);
+// Scratch the backward needs for these arguments on their device (0 for host data
+// and when neither dweight nor dbias is requested). Depends on the shape, dtypes
+// and the device's SM count, never on the data.
+std::size_t rmsnorm_bwd_workspace_bytes(const RmsNormBwdArgs& args);
+
+// ---------------------------------------------------------------------------
+// Ahead-of-time compilation (no GPU needed): the kernels a deployment will use,
+// for one target, so that it can run with NORMKIT_RUN_ONLY=1.
+struct RmsNormVariant {
+  bool backward = false;
+  std::int64_t n = 0;
+  DType x = DType::kBFloat16;          // forward x; backward h
+  std::optional<DType> weight;         // absent: no weight
+  std::optional<DType> bias;           // forward bias / backward dbias
+  std::optional<DType> residual;       // forward: residual input; backward: dresidual_out
+  std::optional<DType> residual_out;   // forward: residual_out; backward: dresidual
+  std::optional<DType> out;            // forward out / backward dx; default: x
+  std::optional<DType> dout;           // backward only; default: x
+  bool store_rstd = true;              // forward only
+  std::string describe() const;
+};
+
+struct PrecompiledKernel {
+  std::string family;
+  std::string template_args;
+  std::string cache_key;
+  int registers = -1;
+  int spill_bytes = -1;  // stores + loads; -1 when ptxas gave no report
+  bool from_cache = false;
+};
+
+// Compiles (or finds in the disk cache) every kernel `variant` can use on `arch`
+// ("sm_90a", ...), for 16-byte-aligned data. `on_kernel` is called after each.
+std::vector<PrecompiledKernel> rmsnorm_precompile(
+    const RmsNormVariant& variant, const std::string& arch,
+    const std::function<void(const PrecompiledKernel&)>& on_kernel = {});
+// How many kernels rmsnorm_precompile(variant, arch) will produce (for progress bars).
+std::size_t rmsnorm_precompile_count(const RmsNormVariant& variant, const std::string& arch);
+
+}  // namespace normkit::norm

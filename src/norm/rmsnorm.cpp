@@ -1,0 +1,170 @@
+// Public entry points of RMSNorm: validate, pick the backend from where the data
+// lives, dispatch. Also ahead-of-time compilation of the kernels a variant uses.
+#include "normkit/norm/rmsnorm.hpp"
+
+#include <sstream>
+
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/runtime.hpp"
+#include "normkit/runtime/target.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_internal.hpp"
+#include "rmsnorm_kernels.hpp"
+
+namespace normkit::norm {
+namespace {
+
+constexpr int kHost = -1;
+
+// kHost or the CUDA ordinal the call runs on. kAuto asks the driver where `x`
+// lives and then requires every other pointer to agree.
+int resolve_device(const Device& device, const char* op, std::vector<const void*> pointers,
+                   const std::vector<std::string>& names) {
+  switch (device.kind) {
+    case Device::Kind::kCpu: return kHost;
+    case Device::Kind::kCuda:
+      NK_CHECK(device.index >= 0, op, ": argument 'device' is CUDA with ordinal ", device.index,
+               "; a CUDA device needs an ordinal >= 0");
+      return device.index;
+    case Device::Kind::kAuto: break;
+  }
+  rt::Runtime& runtime = rt::Runtime::instance();
+  const std::optional<int> first = runtime.pointer_device(pointers.front());
+  if (!first) {
+    for (size_t i = 1; i < pointers.size(); ++i)
+      NK_CHECK(pointers[i] == nullptr || !runtime.pointer_device(pointers[i]), op, ": argument '", names[i],
+               "' is device memory but '", names[0], "' is host memory");
+    return kHost;
+  }
+  std::vector<std::string> labelled;
+  for (const auto& n : names) labelled.push_back(std::string(op) + " argument " + n);
+  return runtime.device_of(pointers, labelled);
+}
+
+}  // namespace
+
+void rmsnorm_fwd(const RmsNormFwdArgs& args) {
+  const RmsNormFwdArgs a = detail::checked(args);
+  const int device = resolve_device(a.device, "rmsnorm_fwd",
+                                    {a.x.data, a.residual.data, a.out.data, a.residual_out.data, a.weight.data,
+                                     a.bias.data, a.rstd},
+                                    {"x", "residual", "out", "residual_out", "weight", "bias", "rstd"});
+  if (device == kHost) {
+    detail::rmsnorm_fwd_cpu(a);
+  } else {
+    detail::rmsnorm_fwd_cuda(a, device);
+  }
+}
+
+namespace {
+int resolve_bwd_device(const RmsNormBwdArgs& a) {
+  return resolve_device(a.device, "rmsnorm_bwd",
+                        {a.x.data, a.dout.data, a.dresidual_out.data, a.dx.data, a.dresidual.data, a.weight.data,
+                         a.rstd, a.dweight, a.dbias.data},
+                        {"x", "dout", "dresidual_out", "dx", "dresidual", "weight", "rstd", "dweight", "dbias"});
+}
+}  // namespace
+
+void rmsnorm_bwd(const RmsNormBwdArgs& args) {
+  const RmsNormBwdArgs a = detail::checked(args);
+  const int device = resolve_bwd_device(a);
+  if (device == kHost) {
+    detail::rmsnorm_bwd_cpu(a);
+  } else {
+    detail::rmsnorm_bwd_cuda(a, device);
+  }
+}
+
+std::size_t rmsnorm_bwd_workspace_bytes(const RmsNormBwdArgs& args) {
+  const RmsNormBwdArgs a = detail::checked(args);
+  const int device = resolve_bwd_device(a);
+  return device == kHost ? 0 : detail::rmsnorm_bwd_workspace_bytes_cuda(a, device);
+}
+
+// ---------------------------------------------------------------------------
+// Ahead-of-time compilation
+
+std::string RmsNormVariant::describe() const {
+  std::ostringstream os;
+  auto opt = [](const std::optional<DType>& t) { return t ? dtype_name(*t) : "none"; };
+  os << (backward ? "rmsnorm_bwd" : "rmsnorm_fwd") << " n=" << n << " x=" << dtype_name(x)
+     << " weight=" << opt(weight) << " bias=" << opt(bias) << " residual=" << opt(residual)
+     << " residual_out=" << opt(residual_out) << " out=" << opt(out);
+  if (backward) os << " dout=" << opt(dout);
+  if (!backward) os << " rstd=" << (store_rstd ? 1 : 0);
+  return os.str();
+}
+
+namespace {
+
+std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std::string& arch) {
+  NK_CHECK(v.n >= 1, "rmsnorm_precompile: argument 'n' must be >= 1, got ", v.n);
+  const rt::Target target = rt::Runtime::instance().compile_only_target(arch);
+  detail::RowPlanInputs in;
+  in.n = v.n;
+  in.max_vec = 8;  // 16-byte-aligned data, the layout frameworks allocate
+  in.arch = target.arch;
+  in.backward = v.backward;
+  std::vector<rt::KernelSource> out;
+  if (!v.backward) {
+    in.x_bytes = static_cast<int>(dtype_size(v.x));
+    detail::RmsFwdSpec s;
+    s.plan = detail::plan_rows(in);
+    s.n = v.n;
+    s.x = v.x;
+    s.residual = v.residual;
+    s.residual_out = v.residual_out;
+    s.weight = v.weight;
+    s.bias = v.bias;
+    s.out = v.out.value_or(v.x);
+    s.store_rstd = v.store_rstd;
+    out.push_back(detail::fwd_source(s));
+  } else {
+    const DType dout = v.dout.value_or(v.x);
+    in.x_bytes = static_cast<int>(std::max(dtype_size(v.x), dtype_size(dout)));
+    in.dbias = v.bias.has_value();
+    detail::RmsBwdSpec s;
+    s.plan = detail::plan_rows(in);
+    s.n = v.n;
+    s.x = v.x;
+    s.weight = v.weight;
+    s.dout = dout;
+    s.dresidual_out = v.residual;
+    s.dx = v.out.value_or(v.x);
+    s.dresidual = v.residual_out;
+    s.dbias = v.bias.has_value();
+    out.push_back(detail::bwd_source(s));
+    if (v.weight || v.bias) out.push_back(detail::param_reduce_source({v.weight, v.bias}));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::size_t rmsnorm_precompile_count(const RmsNormVariant& variant, const std::string& arch) {
+  return variant_sources(variant, arch).size();
+}
+
+std::vector<PrecompiledKernel> rmsnorm_precompile(const RmsNormVariant& variant, const std::string& arch,
+                                                  const std::function<void(const PrecompiledKernel&)>& on_kernel) {
+  rt::Runtime& runtime = rt::Runtime::instance();
+  const rt::Target target = runtime.compile_only_target(arch);
+  std::vector<PrecompiledKernel> done;
+  for (const rt::KernelSource& source : variant_sources(variant, arch)) {
+    const std::uint64_t compiles_before = runtime.counters().compiles;
+    const auto compiled = runtime.compile(source, target);
+    PrecompiledKernel k;
+    k.family = source.family;
+    k.template_args = source.template_args;
+    k.cache_key = compiled->key;
+    k.registers = compiled->registers;
+    k.spill_bytes = compiled->spill_store_bytes < 0 ? -1 : compiled->spill_store_bytes + compiled->spill_load_bytes;
+    // Another thread may compile concurrently; the counter is a good-enough hint for a CLI summary.
+    k.from_cache = runtime.counters().compiles == compiles_before;
+    if (on_kernel) on_kernel(k);
+    done.push_back(std::move(k));
+  }
+  return done;
+}
+
+}  // namespace normkit::norm

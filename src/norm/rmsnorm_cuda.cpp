@@ -1,0 +1,267 @@
+// CUDA path of RMSNorm: arguments (already validated) -> vector width from the
+// data's alignment -> launch plan (heuristics) -> kernel from the runtime ->
+// launch on the caller's stream.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/log.hpp"
+#include "normkit/runtime/runtime.hpp"
+#include "normkit/norm/params.cuh"
+#include "kernel_memo.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_internal.hpp"
+#include "rmsnorm_kernels.hpp"
+
+namespace normkit::norm::detail {
+namespace {
+
+std::optional<DType> dtype_if(const Rows& t) { return t.present() ? std::optional<DType>(t.dtype) : std::nullopt; }
+std::optional<DType> dtype_if(const Param& t) { return t.present() ? std::optional<DType>(t.dtype) : std::nullopt; }
+
+// Widest vector every row tensor and parameter allows (see max_vec_for).
+struct VecLimit {
+  const RowShape& shape;
+  int vec = 8;
+  void rows(const Rows& t) {
+    if (!t.present()) return;
+    const bool outer_used = shape.rows > shape.rows_inner;
+    const bool inner_used = shape.rows_inner > 1;
+    vec = std::min(vec, max_vec_for(t.data, static_cast<int>(dtype_size(t.dtype)), t.stride_outer, outer_used,
+                                    t.stride_inner, inner_used));
+  }
+  void param(const void* data, DType dtype) {
+    if (data != nullptr) vec = std::min(vec, max_vec_for(data, static_cast<int>(dtype_size(dtype)), 0, false, 0, false));
+  }
+};
+
+nk::RowsParam rows_param(const Rows& t) {
+  return nk::RowsParam{const_cast<void*>(t.data), static_cast<long long>(t.stride_outer),
+                       static_cast<long long>(t.stride_inner)};
+}
+
+nk::RowsShape rows_shape(const RowShape& s, std::int64_t heads) {
+  return nk::RowsShape{static_cast<long long>(s.rows), static_cast<long long>(s.rows_inner),
+                       static_cast<long long>(heads)};
+}
+
+unsigned checked_grid(std::int64_t blocks, const char* what) {
+  NK_CHECK(blocks <= 0x7fffffffLL, what, ": ", blocks, " CTAs exceed the grid limit; split the batch");
+  return static_cast<unsigned>(blocks);
+}
+
+void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
+  if (!plan.regs)
+    rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
+                  std::string(op) + ": N=" + std::to_string(n) +
+                      " does not fit in registers on this target; using the two-pass kernel (re-reads its inputs)");
+  if (plan.vec == 1 && n % 2 == 0)
+    rt::warn_once(std::string(op) + ":vec1",
+                  std::string(op) + ": data is not 16-byte aligned (pointer or row stride); using scalar loads");
+}
+
+}  // namespace
+
+namespace {
+struct FwdKernel {
+
+  RowPlan plan;
+  rt::LoadedKernel kernel;
+};
+}  // namespace
+
+void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
+  if (a.shape.rows == 0) return;
+  rt::Runtime& runtime = rt::Runtime::instance();
+  VecLimit limit{a.shape};
+  for (const Rows* t : {&a.x, &a.residual, &a.out, &a.residual_out}) limit.rows(*t);
+  if (a.weight.present()) limit.param(a.weight.data, a.weight.dtype);
+  if (a.bias.present()) limit.param(a.bias.data, a.bias.dtype);
+
+  RmsFwdSpec spec;
+  spec.n = a.shape.n;
+  spec.x = a.x.dtype;
+  spec.residual = dtype_if(a.residual);
+  spec.residual_out = dtype_if(a.residual_out);
+  spec.weight = dtype_if(a.weight);
+  spec.bias = dtype_if(a.bias);
+  spec.out = a.out.dtype;
+  spec.store_rstd = a.rstd != nullptr;
+
+  static KernelMemo<FwdKernel> memo;
+  const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0),
+                    spec.n,
+                    dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
+                        dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
+                    0};
+  std::optional<FwdKernel> found = memo.find(key);
+  if (!found) {
+    RowPlanInputs in;
+    in.n = a.shape.n;
+    in.max_vec = limit.vec;
+    in.x_bytes = static_cast<int>(dtype_size(a.x.dtype));
+    in.arch = runtime.target_for_device(device).arch;
+    spec.plan = plan_rows(in);
+    log_plan("rmsnorm_fwd", a.shape.n, spec.plan);
+    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream)};
+    memo.put(key, *found);
+  }
+  const RowPlan& plan = found->plan;
+
+  nk::RmsNormFwdParams p{};
+  p.shape = rows_shape(a.shape, a.heads);
+  p.x = rows_param(a.x);
+  p.residual = rows_param(a.residual);
+  p.out = rows_param(a.out);
+  p.residual_out = rows_param(a.residual_out);
+  p.weight = a.weight.data;
+  p.bias = a.bias.data;
+  p.rstd = a.rstd;
+  p.eps = a.eps;
+  p.weight_offset = a.weight_offset;
+
+  rt::LaunchConfig cfg;
+  const std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
+  cfg.grid.x = checked_grid(groups * plan.cluster, "rmsnorm_fwd");
+  cfg.block.x = static_cast<unsigned>(plan.threads());
+  if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+  cfg.stream = a.stream;
+  void* args[] = {&p};
+  runtime.launch(found->kernel, cfg, args);
+}
+
+namespace {
+
+struct BwdKernels {
+  RowPlan plan;
+  int sm_count = 0;
+  rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual, partial sums)
+  rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
+};
+
+struct BwdLaunch {
+  BwdKernels kernels;
+  std::int64_t parts = 0;
+  std::size_t workspace = 0;
+};
+
+// Plan (and, when `load`, the loaded kernels) of a backward call.
+BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
+  rt::Runtime& runtime = rt::Runtime::instance();
+  VecLimit limit{a.shape};
+  for (const Rows* t : {&a.x, &a.dout, &a.dresidual_out, &a.dx, &a.dresidual}) limit.rows(*t);
+  if (a.weight.present()) limit.param(a.weight.data, a.weight.dtype);
+
+  RmsBwdSpec spec;
+  spec.n = a.shape.n;
+  spec.x = a.x.dtype;
+  spec.weight = dtype_if(a.weight);
+  spec.dout = a.dout.dtype;
+  spec.dresidual_out = dtype_if(a.dresidual_out);
+  spec.dx = a.dx.dtype;
+  spec.dresidual = dtype_if(a.dresidual);
+  spec.dbias = a.dbias.present();
+  const std::optional<DType> dbias_dtype = dtype_if(a.dbias);
+
+  static KernelMemo<BwdKernels> memo;
+  const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
+                    dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
+                        dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
+                        dtype_code(spec.dresidual) << 20 | dtype_code(dbias_dtype) << 24,
+                    0};
+  std::optional<BwdKernels> found = memo.find(key);
+  if (!found) {
+    RowPlanInputs in;
+    in.n = a.shape.n;
+    in.max_vec = limit.vec;
+    in.x_bytes = static_cast<int>(std::max(dtype_size(a.x.dtype), dtype_size(a.dout.dtype)));
+    in.backward = true;
+    in.dbias = spec.dbias;
+    in.arch = runtime.target_for_device(device).arch;
+    BwdKernels k;
+    k.plan = spec.plan = plan_rows(in);
+    k.sm_count = runtime.device_info(device).sm_count;
+    if (load) {
+      log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
+      k.rows = runtime.get(bwd_source(spec), device, a.stream);
+      if (spec.weight || dbias_dtype)
+        k.param_reduce = runtime.get(param_reduce_source({spec.weight, dbias_dtype}), device, a.stream);
+      memo.put(key, k);
+    }
+    found = k;
+  }
+  BwdLaunch l;
+  l.kernels = *found;
+  l.parts = a.shape.rows == 0 ? 0 : plan_bwd_parts(found->plan, a.shape.rows / a.heads, a.heads, found->sm_count);
+  const std::size_t sums = (a.weight.present() ? 1 : 0) + (a.dbias.present() ? 1 : 0);
+  l.workspace = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
+                static_cast<std::size_t>(a.shape.n) * sizeof(float);
+  return l;
+}
+
+}  // namespace
+
+std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, int device) {
+  if (a.shape.rows == 0 || (!a.weight.present() && !a.dbias.present())) return 0;
+  return plan_backward(a, device, /*load=*/false).workspace;
+}
+
+void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
+  const bool param_grads = a.weight.present() || a.dbias.present();
+  // With no rows the sums are zero: dweight/dbias are still written (by the
+  // reduction over zero parts), dx has nothing to hold.
+  if (a.shape.rows == 0 && !param_grads) return;
+  rt::Runtime& runtime = rt::Runtime::instance();
+  const BwdLaunch l = plan_backward(a, device, /*load=*/true);
+  NK_CHECK(!param_grads || a.shape.rows == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
+           "rmsnorm_bwd: argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
+           " are needed (ask rmsnorm_bwd_workspace_bytes)");
+  NK_CHECK(a.heads <= 65535, "rmsnorm_bwd: argument 'weight' has ", a.heads, " heads; at most 65535 are supported");
+  const std::size_t per_sum = static_cast<std::size_t>(l.parts) * a.heads * a.shape.n;
+  float* ws = static_cast<float*>(a.workspace);
+  float* dweight_partial = a.weight.present() ? ws : nullptr;
+  float* dbias_partial = a.dbias.present() ? ws + (a.weight.present() ? per_sum : 0) : nullptr;
+
+  if (a.shape.rows > 0) {
+    nk::RmsNormBwdParams p{};
+    p.shape = rows_shape(a.shape, a.heads);
+    p.x = rows_param(a.x);
+    p.dout = rows_param(a.dout);
+    p.dresidual_out = rows_param(a.dresidual_out);
+    p.dx = rows_param(a.dx);
+    p.dresidual = rows_param(a.dresidual);
+    p.weight = a.weight.data;
+    p.rstd = a.rstd;
+    p.dweight_partial = dweight_partial;
+    p.dbias_partial = dbias_partial;
+    p.weight_offset = a.weight_offset;
+
+    const RowPlan& plan = l.kernels.plan;
+    rt::LaunchConfig cfg;
+    cfg.grid.x = checked_grid(l.parts * plan.cluster, "rmsnorm_bwd");
+    cfg.grid.y = static_cast<unsigned>(a.heads);
+    cfg.block.x = static_cast<unsigned>(plan.threads());
+    if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+    cfg.stream = a.stream;
+    void* args[] = {&p};
+    runtime.launch(l.kernels.rows, cfg, args);
+  }
+  if (!param_grads) return;
+
+  nk::ParamGradReduceParams rp{};
+  rp.dweight_partial = dweight_partial;
+  rp.dbias_partial = dbias_partial;
+  rp.dweight = a.dweight;
+  rp.dbias = const_cast<void*>(a.dbias.data);
+  rp.parts = l.parts;
+  rp.cols = a.heads * a.shape.n;
+  rt::LaunchConfig cfg;
+  cfg.grid.x = checked_grid((rp.cols + 31) / 32, "rmsnorm_bwd (parameter gradients)");
+  cfg.block.x = 32 * kParamReducePartLanes;
+  cfg.stream = a.stream;
+  void* args[] = {&rp};
+  runtime.launch(l.kernels.param_reduce, cfg, args);
+}
+
+}  // namespace normkit::norm::detail

@@ -1,0 +1,97 @@
+#include "rmsnorm_heuristics.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "normkit/runtime/error.hpp"
+
+namespace normkit::norm::detail {
+namespace {
+
+std::int64_t next_pow2(std::int64_t v) {
+  std::int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+std::string RowPlan::str() const {
+  return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
+         " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
+         " minb=" + std::to_string(min_blocks);
+}
+
+int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, bool outer_used, std::int64_t stride_inner,
+                bool inner_used) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(data);
+  for (int v = 8; v > 1; v /= 2) {
+    if (addr % static_cast<std::uintptr_t>(v * elem_bytes) != 0) continue;
+    if (outer_used && stride_outer % v != 0) continue;
+    if (inner_used && stride_inner % v != 0) continue;
+    return v;
+  }
+  return 1;
+}
+
+RowPlan plan_rows(const RowPlanInputs& in) {
+  NK_CHECK(in.n >= 1, "plan_rows: n must be >= 1");
+  RowPlan p;
+  // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
+  // (c) keeps the row input's access at <= 16 bytes (the widest LDG).
+  p.vec = 1;
+  for (int v = 8; v >= 1; v /= 2) {
+    if (v <= in.max_vec && in.n % v == 0 && v * in.x_bytes <= 16) {
+      p.vec = v;
+      break;
+    }
+  }
+  // Elements a thread keeps in registers. Forward: h only, so 32 (eight 16-byte
+  // bf16 loads in flight per thread). Backward keeps xhat, g and the column sums,
+  // 3-4 values per element, so fewer elements per thread.
+  const int elems_per_thread = in.backward ? (in.dbias ? 8 : 16) : 32;
+  const int tpr_max = in.backward ? 512 : 1024;
+  // The two-pass kernel needs registers for its address arithmetic more than for
+  // data: 1024 threads (a 64-register cap) made ptxas spill it on sm_80.
+  const int tpr_two_pass = 512;
+  const std::int64_t nv = in.n / p.vec;
+  const std::int64_t items = std::max<std::int64_t>(1, elems_per_thread / p.vec);
+  std::int64_t tpr = next_pow2((nv + items - 1) / items);
+  p.cluster = 1;
+  p.regs = true;
+  if (tpr > tpr_max) {
+    const std::int64_t cluster = (tpr + tpr_max - 1) / tpr_max;
+    if (in.arch >= 90 && cluster <= 8) {
+      p.cluster = static_cast<int>(next_pow2(cluster));
+    } else {
+      p.regs = false;  // no cluster large enough: stream the row twice (second pass mostly from L2)
+    }
+    tpr = p.regs ? tpr_max : tpr_two_pass;
+  }
+  p.tpr = static_cast<int>(tpr);
+  // Short rows: several rows per CTA so that a CTA has >= 128-256 threads.
+  const int cta_target = in.backward ? 128 : 256;
+  p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
+
+  // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
+  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
+  // Two-pass: no row in registers, but its loop is unrolled 4x (row_engine.cuh).
+  const std::int64_t owned = p.regs ? ((slice_v + p.tpr - 1) / p.tpr) * p.vec : 4 * p.vec;
+  const int per_elem = in.backward ? (3 + (in.dbias ? 1 : 0)) : 1;
+  // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
+  // more address registers per element, hence the 5/4.
+  const std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;
+  const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(p.threads()) * regs_needed);
+  const std::int64_t by_threads = 2048 / p.threads();
+  p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
+  return p;
+}
+
+std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count) {
+  const std::int64_t row_groups = (rows_per_head + plan.rows - 1) / plan.rows;
+  const std::int64_t resident = static_cast<std::int64_t>(std::max(sm_count, 1)) * plan.min_blocks;
+  const std::int64_t per_head = std::max<std::int64_t>(1, resident / (heads * plan.cluster));
+  return std::max<std::int64_t>(1, std::min(row_groups, per_head));
+}
+
+}  // namespace normkit::norm::detail

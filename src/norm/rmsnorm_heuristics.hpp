@@ -1,0 +1,42 @@
+// Launch-shape heuristics of the row kernels (row_engine.cuh): how many threads
+// per row, rows per CTA, CTAs per cluster, whether the row fits in registers.
+// Pure functions of (N, vector width, direction, features, arch): testable on the
+// host and independent of the data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace normkit::norm::detail {
+
+struct RowPlan {
+  int vec = 1;         // elements per vector access
+  int tpr = 1;         // threads per row in one CTA (power of two)
+  int rows = 1;        // rows per CTA
+  int cluster = 1;     // CTAs per row (thread-block cluster; > 1 only on sm_90+)
+  bool regs = true;    // row kept in registers between reduction and epilogue
+  int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
+  int threads() const { return tpr * rows; }
+  std::string str() const;
+};
+
+struct RowPlanInputs {
+  std::int64_t n = 0;
+  int max_vec = 1;          // widest vector every tensor's alignment allows (elements)
+  int x_bytes = 2;          // element size of the row input that sets the 16-byte limit
+  bool backward = false;
+  bool dbias = false;       // backward also sums dout per column
+  int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
+};
+
+RowPlan plan_rows(const RowPlanInputs& in);
+
+// Backward grid: CTAs (clusters) per head for `rows_per_head` rows on `sm_count` SMs.
+std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count);
+
+// Widest vector (1, 2, 4 or 8 elements) a tensor allows: pointer aligned to
+// vec * elem_bytes and every stride that is used a multiple of vec.
+int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, bool outer_used,
+                std::int64_t stride_inner, bool inner_used);
+
+}  // namespace normkit::norm::detail

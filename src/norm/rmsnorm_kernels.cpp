@@ -1,0 +1,72 @@
+#include "rmsnorm_kernels.hpp"
+
+#include <mutex>
+#include <sstream>
+
+namespace normkit::embedded {
+void register_norm_device_headers();  // generated from device/ at build time
+}
+
+namespace normkit::norm::detail {
+namespace {
+
+const char* device_type(std::optional<DType> t) {
+  if (!t) return "nk::none";
+  switch (*t) {
+    case DType::kFloat16: return "nk::f16";
+    case DType::kBFloat16: return "nk::bf16";
+    case DType::kFloat32: return "float";
+  }
+  return "nk::none";
+}
+
+std::string row_config(const RowPlan& p, std::int64_t n) {
+  std::ostringstream os;
+  os << "nk::RowConfig<" << n << ", " << p.vec << ", " << p.tpr << ", " << p.rows << ", " << p.cluster << ", "
+     << (p.regs ? "true" : "false") << ", " << p.min_blocks << ">";
+  return os.str();
+}
+
+rt::KernelSource make(const std::string& family, const std::string& header, const std::string& entry) {
+  ensure_device_headers();
+  rt::KernelSource k;
+  k.family = family;
+  // The entry names every template argument, so it is the canonical description
+  // of what this instantiation is specialized on.
+  k.template_args = entry;
+  k.source = "#include \"" + header + "\"\n";
+  k.entry = entry;
+  return k;
+}
+
+}  // namespace
+
+void ensure_device_headers() {
+  static std::once_flag once;
+  std::call_once(once, [] { normkit::embedded::register_norm_device_headers(); });
+}
+
+rt::KernelSource fwd_source(const RmsFwdSpec& s) {
+  std::ostringstream e;
+  e << "nk::rmsnorm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+    << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
+    << device_type(s.bias) << ", " << device_type(s.out) << ", " << (s.store_rstd ? "true" : "false") << ">";
+  return make("rmsnorm_fwd", "normkit/norm/rmsnorm_fwd.cuh", e.str());
+}
+
+rt::KernelSource bwd_source(const RmsBwdSpec& s) {
+  std::ostringstream e;
+  e << "nk::rmsnorm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+    << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
+    << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ">";
+  return make("rmsnorm_bwd", "normkit/norm/rmsnorm_bwd.cuh", e.str());
+}
+
+rt::KernelSource param_reduce_source(const ParamReduceSpec& s) {
+  std::ostringstream e;
+  e << "nk::param_grad_reduce_kernel<" << device_type(s.dweight) << ", " << device_type(s.dbias) << ", "
+    << kParamReducePartLanes << ">";
+  return make("param_grad_reduce", "normkit/norm/param_grad_reduce.cuh", e.str());
+}
+
+}  // namespace normkit::norm::detail

@@ -1,0 +1,48 @@
+// The generated instantiations of the RMSNorm kernels: a spec (everything the
+// binary depends on) -> KernelSource for the runtime. Shared by the CUDA dispatch
+// and ahead-of-time precompilation so both name exactly the same kernels.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "normkit/norm/types.hpp"
+#include "normkit/runtime/kernel.hpp"
+#include "rmsnorm_heuristics.hpp"
+
+namespace normkit::norm::detail {
+
+struct RmsFwdSpec {
+  RowPlan plan;
+  std::int64_t n = 0;
+  DType x = DType::kBFloat16;
+  std::optional<DType> residual, residual_out, weight, bias;
+  DType out = DType::kBFloat16;
+  bool store_rstd = false;
+};
+
+struct RmsBwdSpec {
+  RowPlan plan;
+  std::int64_t n = 0;
+  DType x = DType::kBFloat16;   // h
+  std::optional<DType> weight;  // dweight partials when present
+  DType dout = DType::kBFloat16;
+  std::optional<DType> dresidual_out;
+  DType dx = DType::kBFloat16;
+  std::optional<DType> dresidual;
+  bool dbias = false;
+};
+
+struct ParamReduceSpec {
+  std::optional<DType> dweight, dbias;
+};
+inline constexpr int kParamReducePartLanes = 8;
+
+rt::KernelSource fwd_source(const RmsFwdSpec& spec);
+rt::KernelSource bwd_source(const RmsBwdSpec& spec);
+rt::KernelSource param_reduce_source(const ParamReduceSpec& spec);
+
+// Registers the embedded device headers of normkit_norm with the runtime (idempotent).
+void ensure_device_headers();
+
+}  // namespace normkit::norm::detail

@@ -1,0 +1,178 @@
+// Every class of RMSNorm kernel the dispatcher can pick (multi-row CTAs for short
+// rows, one CTA per row, clusters for long rows on sm_90+, the two-pass kernel for
+// long rows without clusters, scalar access for odd N / unaligned data, every
+// optional tensor, mixed dtypes) compiles through NVRTC for sm_80, sm_90a and
+// sm_100a with zero local-memory spill bytes in the ptxas report. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "normkit/runtime/runtime.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_kernels.hpp"
+#include "test_helpers.hpp"
+
+using namespace normkit::norm;
+using namespace normkit::norm::detail;
+using normkit::rt::Target;
+
+namespace {
+
+constexpr DType bf16 = DType::kBFloat16;
+constexpr DType f16 = DType::kFloat16;
+constexpr DType f32 = DType::kFloat32;
+
+int arch_of(const std::string& target) { return Target::parse(target).arch; }
+
+RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8) {
+  RowPlanInputs in;
+  in.n = n;
+  in.max_vec = max_vec;
+  in.x_bytes = static_cast<int>(dtype_size(x));
+  in.backward = backward;
+  in.dbias = dbias;
+  in.arch = arch_of(target);
+  return plan_rows(in);
+}
+
+struct FwdCase {
+  std::int64_t n;
+  DType x;
+  std::optional<DType> residual, residual_out, weight, bias;
+  DType out;
+  bool rstd;
+  int max_vec;
+};
+
+struct BwdCase {
+  std::int64_t n;
+  DType x;
+  std::optional<DType> weight;
+  DType dout;
+  std::optional<DType> dresidual_out;
+  DType dx;
+  std::optional<DType> dresidual;
+  bool dbias;
+  int max_vec;
+};
+
+const std::vector<FwdCase> kFwd = {
+    {256, bf16, {}, {}, bf16, {}, bf16, false, 8},                  // many rows per CTA
+    {4096, bf16, bf16, f32, f32, bf16, bf16, true, 8},              // all features, fp32 weight
+    {8192, f16, f16, f16, f16, f16, f32, true, 8},                  // out_dtype differs
+    {32768, f32, {}, {}, f32, {}, f32, true, 8},                    // one CTA per row, fp32
+    {131072, bf16, bf16, bf16, bf16, bf16, bf16, true, 8},          // cluster (sm_90+) / two-pass (sm_80)
+    {262144, f32, f32, f32, f32, f32, f32, true, 8},                // longest rows, fp32
+    {1023, f16, f16, f32, bf16, f32, f16, true, 8},                 // odd N: scalar access
+    {4096, bf16, {}, {}, f32, {}, bf16, false, 1},                  // unaligned data: scalar access
+};
+
+const std::vector<BwdCase> kBwd = {
+    {256, bf16, bf16, bf16, {}, bf16, {}, true, 8},                 // many rows per CTA + dbias
+    {4096, bf16, f32, bf16, bf16, bf16, f32, false, 8},             // fp32 weight, prenorm
+    {8192, f32, {}, f32, {}, f32, {}, false, 8},                    // no weight
+    {16384, f16, f16, f16, f16, f16, f16, true, 8},                 // all features
+    {65536, bf16, bf16, bf16, {}, bf16, {}, false, 8},              // cluster (sm_90+) / two-pass
+    {262144, bf16, f32, bf16, bf16, bf16, bf16, true, 8},           // two-pass everywhere
+    {1023, f16, bf16, f16, {}, f16, {}, true, 8},                   // odd N
+};
+
+class RmsNormKernels : public nktest::FreshRuntime, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void expect_clean(const normkit::rt::KernelSource& source, const std::string& what) {
+    const std::string target = GetParam();
+    auto k = rt().compile(source, Target::parse(target));
+    EXPECT_GT(k->registers, 0) << what << " on " << target << " (no ptxas report)";
+    EXPECT_EQ(k->spill_store_bytes, 0) << what << " on " << target << "\n" << k->ptxas_log;
+    EXPECT_EQ(k->spill_load_bytes, 0) << what << " on " << target << "\n" << k->ptxas_log;
+  }
+};
+
+class RmsNormKernelSweep : public nktest::FreshRuntime {};
+
+}  // namespace
+
+TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
+  for (const FwdCase& c : kFwd) {
+    RmsFwdSpec s;
+    s.plan = plan(c.n, c.x, false, false, GetParam(), c.max_vec);
+    s.n = c.n;
+    s.x = c.x;
+    s.residual = c.residual;
+    s.residual_out = c.residual_out;
+    s.weight = c.weight;
+    s.bias = c.bias;
+    s.out = c.out;
+    s.store_rstd = c.rstd;
+    expect_clean(fwd_source(s), "fwd n=" + std::to_string(c.n) + " " + s.plan.str());
+  }
+}
+
+TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
+  for (const BwdCase& c : kBwd) {
+    RmsBwdSpec s;
+    s.plan = plan(c.n, c.x, true, c.dbias, GetParam(), c.max_vec);
+    s.n = c.n;
+    s.x = c.x;
+    s.weight = c.weight;
+    s.dout = c.dout;
+    s.dresidual_out = c.dresidual_out;
+    s.dx = c.dx;
+    s.dresidual = c.dresidual;
+    s.dbias = c.dbias;
+    expect_clean(bwd_source(s), "bwd n=" + std::to_string(c.n) + " " + s.plan.str());
+  }
+  for (const ParamReduceSpec& r : {ParamReduceSpec{bf16, bf16}, ParamReduceSpec{f32, {}}, ParamReduceSpec{{}, f16}})
+    expect_clean(param_reduce_source(r), "param_grad_reduce");
+}
+
+// The classes above really are different kernels on each target.
+TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
+  EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
+  EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
+  EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
+  EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
+  EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);
+  EXPECT_EQ(plan(1023, f16, false, false, "sm_90a").vec, 1);
+  EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a").vec, 8);
+  EXPECT_EQ(plan(4096, f32, false, false, "sm_90a").vec, 4);
+  EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a", 2).vec, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm_90a", "sm_100a"),
+                         [](const auto& info) { return info.param; });
+
+// The H200 test grid's row lengths x dtypes x weight dtypes, forward and backward,
+// as the dispatcher plans them for aligned data on sm_90a: none may spill.
+TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
+  const std::string target = "sm_90a";
+  int kernels = 0;
+  for (std::int64_t n : {192, 256, 760, 1024, 1128, 4096, 32768, 131072, 262144}) {
+    for (DType x : {bf16, f16, f32}) {
+      // weight: same dtype as x, fp32 (the mixed-precision training case), none
+      for (std::optional<DType> w : {std::optional<DType>(x), std::optional<DType>(f32), std::optional<DType>()}) {
+        RmsFwdSpec f;
+        f.plan = plan(n, x, false, false, target);
+        f.n = n;
+        f.x = x;
+        f.weight = w;
+        f.out = x;
+        f.store_rstd = true;
+        auto kf = rt().compile(fwd_source(f), Target::parse(target));
+        EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        RmsBwdSpec b;
+        b.plan = plan(n, x, true, false, target);
+        b.n = n;
+        b.x = x;
+        b.weight = w;
+        b.dout = x;
+        b.dx = x;
+        auto kb = rt().compile(bwd_source(b), Target::parse(target));
+        EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0) << "bwd n=" << n << " " << b.plan.str();
+        kernels += 2;
+      }
+    }
+  }
+  EXPECT_GT(kernels, 100);
+}
