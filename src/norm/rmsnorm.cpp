@@ -134,6 +134,16 @@ std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std
     s.dresidual = v.residual_out;
     s.dbias = v.bias.has_value();
     out.push_back(detail::bwd_source(s));
+    if (!s.plan.regs && (v.weight || v.bias)) {
+      detail::RmsBwdColumnSpec c;
+      c.n = v.n;
+      c.vec = s.plan.vec;
+      c.x = v.x;
+      c.dout = dout;
+      c.dweight = v.weight.has_value();
+      c.dbias = v.bias.has_value();
+      out.push_back(detail::bwd_column_source(c));
+    }
     if (v.weight || v.bias) out.push_back(detail::param_reduce_source({v.weight, v.bias}));
   }
   return out;

@@ -136,13 +136,15 @@ namespace {
 struct BwdKernels {
   RowPlan plan;
   int sm_count = 0;
-  rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual, partial sums)
+  rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual; partial sums when plan.regs)
+  rt::LoadedKernel columns;       // two-pass plans: column-wise partial sums (function == nullptr otherwise)
   rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
 };
 
 struct BwdLaunch {
   BwdKernels kernels;
-  std::int64_t parts = 0;
+  std::int64_t row_ctas = 0;  // CTAs (clusters) per head of the row kernel
+  std::int64_t parts = 0;     // partial sums per head (rows of the workspace)
   std::size_t workspace = 0;
 };
 
@@ -185,6 +187,16 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
     if (load) {
       log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
       k.rows = runtime.get(bwd_source(spec), device, a.stream);
+      if (!spec.plan.regs && (spec.weight || dbias_dtype)) {
+        RmsBwdColumnSpec col;
+        col.n = spec.n;
+        col.vec = spec.plan.vec;
+        col.x = spec.x;
+        col.dout = spec.dout;
+        col.dweight = spec.weight.has_value();
+        col.dbias = spec.dbias;
+        k.columns = runtime.get(bwd_column_source(col), device, a.stream);
+      }
       if (spec.weight || dbias_dtype)
         k.param_reduce = runtime.get(param_reduce_source({spec.weight, dbias_dtype}), device, a.stream);
       memo.put(key, k);
@@ -193,7 +205,13 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   }
   BwdLaunch l;
   l.kernels = *found;
-  l.parts = a.shape.rows == 0 ? 0 : plan_bwd_parts(found->plan, a.shape.rows / a.heads, a.heads, found->sm_count);
+  if (a.shape.rows > 0) {
+    const std::int64_t rows_per_head = a.shape.rows / a.heads;
+    l.row_ctas = plan_bwd_parts(found->plan, rows_per_head, a.heads, found->sm_count);
+    l.parts = found->plan.regs ? l.row_ctas
+                               : plan_bwd_column_parts(a.shape.n, found->plan.vec, rows_per_head, a.heads,
+                                                       found->sm_count, kColumnThreads);
+  }
   const std::size_t sums = (a.weight.present() ? 1 : 0) + (a.dbias.present() ? 1 : 0);
   l.workspace = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                 static_cast<std::size_t>(a.shape.n) * sizeof(float);
@@ -239,13 +257,22 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
 
     const RowPlan& plan = l.kernels.plan;
     rt::LaunchConfig cfg;
-    cfg.grid.x = checked_grid(l.parts * plan.cluster, "rmsnorm_bwd");
+    cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, "rmsnorm_bwd");
     cfg.grid.y = static_cast<unsigned>(a.heads);
     cfg.block.x = static_cast<unsigned>(plan.threads());
     if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
     cfg.stream = a.stream;
     void* args[] = {&p};
     runtime.launch(l.kernels.rows, cfg, args);
+    if (!plan.regs && param_grads) {
+      rt::LaunchConfig col;
+      col.grid.x = checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, "rmsnorm_bwd (columns)");
+      col.grid.y = static_cast<unsigned>(l.parts);
+      col.grid.z = static_cast<unsigned>(a.heads);
+      col.block.x = kColumnThreads;
+      col.stream = a.stream;
+      runtime.launch(l.kernels.columns, col, args);
+    }
   }
   if (!param_grads) return;
 

@@ -60,11 +60,15 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.cluster = 1;
   p.regs = true;
   if (tpr > tpr_max) {
-    const std::int64_t cluster = (tpr + tpr_max - 1) / tpr_max;
+    const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
     if (in.arch >= 90 && cluster <= 8) {
-      p.cluster = static_cast<int>(next_pow2(cluster));
+      p.cluster = static_cast<int>(cluster);
     } else {
-      p.regs = false;  // no cluster large enough: stream the row twice (second pass mostly from L2)
+      // Too long for the registers even of an 8-CTA cluster: two passes over the
+      // row. A cluster (where there is one) still splits the row, so that each
+      // CTA's slice is small enough for its second pass to come from L2.
+      p.regs = false;
+      p.cluster = in.arch >= 90 ? 8 : 1;
     }
     tpr = p.regs ? tpr_max : tpr_two_pass;
   }
@@ -85,6 +89,15 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   return p;
+}
+
+std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,
+                                   int sm_count, int threads) {
+  const std::int64_t col_ctas = (n / vec + threads - 1) / threads;
+  // About four CTAs per SM in total: enough loads in flight, few partials to add.
+  const std::int64_t want = (static_cast<std::int64_t>(std::max(sm_count, 1)) * 4 + col_ctas * heads - 1) /
+                            (col_ctas * heads);
+  return std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(rows_per_head, 1));
 }
 
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count) {

@@ -34,6 +34,10 @@ RowPlan plan_rows(const RowPlanInputs& in);
 // Backward grid: CTAs (clusters) per head for `rows_per_head` rows on `sm_count` SMs.
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count);
 
+// Column-wise dw/db pass (two-pass backward): row chunks per head.
+std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,
+                                   int sm_count, int threads);
+
 // Widest vector (1, 2, 4 or 8 elements) a tensor allows: pointer aligned to
 // vec * elem_bytes and every stride that is used a multiple of vec.
 int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, bool outer_used,

@@ -62,6 +62,14 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   return make("rmsnorm_bwd", "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 
+rt::KernelSource bwd_column_source(const RmsBwdColumnSpec& s) {
+  std::ostringstream e;
+  e << "nk::rmsnorm_bwd_param_kernel<" << s.n << ", " << s.vec << ", " << kColumnThreads << ", " << device_type(s.x)
+    << ", " << device_type(s.dout) << ", " << (s.dweight ? "true" : "false") << ", " << (s.dbias ? "true" : "false")
+    << ">";
+  return make("rmsnorm_bwd_param", "normkit/norm/rmsnorm_bwd.cuh", e.str());
+}
+
 rt::KernelSource param_reduce_source(const ParamReduceSpec& s) {
   std::ostringstream e;
   e << "nk::param_grad_reduce_kernel<" << device_type(s.dweight) << ", " << device_type(s.dbias) << ", "

@@ -33,6 +33,17 @@ struct RmsBwdSpec {
   bool dbias = false;
 };
 
+// Column-wise dw/db pass used when the row kernel is not register-resident.
+struct RmsBwdColumnSpec {
+  std::int64_t n = 0;
+  int vec = 1;
+  DType x = DType::kBFloat16;
+  DType dout = DType::kBFloat16;
+  bool dweight = false;
+  bool dbias = false;
+};
+inline constexpr int kColumnThreads = 256;
+
 struct ParamReduceSpec {
   std::optional<DType> dweight, dbias;
 };
@@ -40,6 +51,7 @@ inline constexpr int kParamReducePartLanes = 8;
 
 rt::KernelSource fwd_source(const RmsFwdSpec& spec);
 rt::KernelSource bwd_source(const RmsBwdSpec& spec);
+rt::KernelSource bwd_column_source(const RmsBwdColumnSpec& spec);
 rt::KernelSource param_reduce_source(const ParamReduceSpec& spec);
 
 // Registers the embedded device headers of normkit_norm with the runtime (idempotent).

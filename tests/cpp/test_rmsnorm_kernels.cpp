@@ -122,6 +122,10 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     s.dresidual = c.dresidual;
     s.dbias = c.dbias;
     expect_clean(bwd_source(s), "bwd n=" + std::to_string(c.n) + " " + s.plan.str());
+    if (!s.plan.regs) {
+      RmsBwdColumnSpec col{c.n, s.plan.vec, c.x, c.dout, c.weight.has_value(), c.dbias};
+      expect_clean(bwd_column_source(col), "bwd columns n=" + std::to_string(c.n));
+    }
   }
   for (const ParamReduceSpec& r : {ParamReduceSpec{bf16, bf16}, ParamReduceSpec{f32, {}}, ParamReduceSpec{{}, f16}})
     expect_clean(param_reduce_source(r), "param_grad_reduce");
@@ -132,6 +136,10 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
+  // Backward rows this long are two-pass everywhere, split over a cluster where there is one.
+  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_90a").regs);
+  EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 8);
+  EXPECT_EQ(plan(262144, bf16, true, false, "sm_80").cluster, 1);
   EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
   EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);
   EXPECT_EQ(plan(1023, f16, false, false, "sm_90a").vec, 1);

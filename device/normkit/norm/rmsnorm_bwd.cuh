@@ -11,9 +11,11 @@
 // in a fixed order: no float atomics anywhere, so dw/db are bitwise reproducible.
 // Rows in one CTA (ROWS > 1) are combined through shared memory in row order
 // before the partial is written, which keeps `parts` (and the final reduction)
-// small for short rows. Without REGS the running sums live in the CTA's own
-// partial row in global memory (read-modify-write by the one thread owning each
-// column, so still deterministic) and the epilogue re-reads h and dout.
+// small for short rows. Without REGS (rows too long for the register file) the
+// row kernel only produces dx, re-reading h and dout for its epilogue (from L2:
+// a cluster splits the row so that the CTAs' slices fit there), and
+// rmsnorm_bwd_param_kernel computes dw/db in a separate column-wise pass:
+// dw needs only rstd, not the row's dot product, so rows need not be revisited.
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
@@ -67,7 +69,9 @@ __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const flo
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  constexpr bool DW = !is_none<W>;
+  // Without REGS the column sums come from rmsnorm_bwd_param_kernel instead.
+  constexpr bool DW = !is_none<W> && Cfg::REGS;
+  constexpr bool SUM_DB = DBIAS && Cfg::REGS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
   __shared__ typename Cfg::Reduce reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
@@ -80,7 +84,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   const long long rows_per_head = p.shape.rows / heads;
   const long long head_offset = head * Cfg::N;
   float* dw_partial = DW ? p.dweight_partial + (part * heads + head) * Cfg::N : nullptr;
-  float* db_partial = DBIAS ? p.dbias_partial + (part * heads + head) * Cfg::N : nullptr;
+  float* db_partial = SUM_DB ? p.dbias_partial + (part * heads + head) * Cfg::N : nullptr;
 
   float dw_acc[ACC][VEC], db_acc[ACC][VEC];
   float xhat_r[ACC][VEC], g_r[ACC][VEC];
@@ -88,18 +92,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   for (int k = 0; k < ACC; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dw_acc[k][i] = db_acc[k][i] = 0.f;
-  if constexpr (!Cfg::REGS) {
-    // Running sums in global memory: only this thread ever touches these columns.
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k) || t.sub != 0) return;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        if constexpr (DW) dw_partial[t.column(k) + i] = 0.f;
-        if constexpr (DBIAS) db_partial[t.column(k) + i] = 0.f;
-      }
-    });
-  }
-
   for (long long base = part * Cfg::ROWS; base < rows_per_head; base += parts * Cfg::ROWS) {
     const long long j = base + t.sub;
     const bool active = j < rows_per_head;
@@ -136,13 +128,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
           g_r[k][i] = g[i];
           dw_acc[k][i] += d[i] * xh[i];
           db_acc[k][i] += d[i];
-        }
-      } else {
-        const int col = t.column(k);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          if constexpr (DW) dw_partial[col + i] += d[i] * xh[i];
-          if constexpr (DBIAS) db_partial[col + i] += d[i];
         }
       }
     });
@@ -181,7 +166,51 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
 
   if constexpr (Cfg::REGS) {
     if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
-    if constexpr (DBIAS) write_partial<Cfg>(t, db_acc, db_partial, combine);
+    if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
+  }
+}
+
+// Column-wise dw/db for rows too long for the register-resident kernel:
+//   dw[c] = sum_r dout[r, c] * h[r, c] * rstd[r],   db[c] = sum_r dout[r, c].
+// Block (x: column chunk of THREADS * VEC columns, y: part = a contiguous chunk of
+// the head's rows, z: head); each thread walks its part's rows in order, so the
+// partial [part][head][N] is deterministic. A warp reads 32 adjacent vectors of a
+// row: coalesced, and each row's slice is touched by exactly one thread.
+template <int N, int VEC, int THREADS, class X, class DY, bool DW, bool DBIAS>
+__global__ void __launch_bounds__(THREADS) rmsnorm_bwd_param_kernel(const RmsNormBwdParams p) {
+  const int col = (static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x)) * VEC;
+  if (col >= N) return;
+  const long long heads = p.shape.heads;
+  const long long head = blockIdx.z;
+  const long long part = blockIdx.y;
+  const long long parts = gridDim.y;
+  const long long rows_per_head = p.shape.rows / heads;
+  const long long chunk = (rows_per_head + parts - 1) / parts;
+  const long long j_end = (part + 1) * chunk < rows_per_head ? (part + 1) * chunk : rows_per_head;
+  float dw[VEC], db[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) dw[i] = db[i] = 0.f;
+  // Unrolled further, the 64-bit row-offset divisions made ptxas spill on sm_80.
+#pragma unroll 2
+  for (long long j = part * chunk; j < j_end; ++j) {
+    const long long r = head + heads * j;
+    float d[VEC];
+    load_vec<VEC>(row_ptr<DY>(p.dout, p.shape, r) + col, d);
+    if constexpr (DW) {
+      float h[VEC];
+      load_vec<VEC>(row_ptr<X>(p.x, p.shape, r) + col, h);
+      const float rstd = p.rstd[r];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) dw[i] += d[i] * (h[i] * rstd);
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) db[i] += d[i];
+  }
+  const long long base = (part * heads + head) * N + col;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if constexpr (DW) p.dweight_partial[base + i] = dw[i];
+    if constexpr (DBIAS) p.dbias_partial[base + i] = db[i];
   }
 }
 
