@@ -38,3 +38,15 @@ def _nvrtc_wheel_dirs():
 
 
 _C.add_nvrtc_search_dirs(_nvrtc_wheel_dirs())
+
+# The PyTorch front end, imported on first use so that `import normkit` never
+# imports torch.
+_TORCH_NAMES = frozenset(("rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "RMSNorm"))
+
+
+def __getattr__(name):
+    if name in _TORCH_NAMES:
+        from . import torch as _normkit_torch
+
+        return getattr(_normkit_torch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

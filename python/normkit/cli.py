@@ -1,4 +1,4 @@
-"""The `normkit` command: environment diagnostics and compile-cache management."""
+"""The `normkit` command: environment diagnostics, compile-cache management and precompilation."""
 
 import argparse
 import datetime
@@ -7,7 +7,7 @@ import os
 import sys
 
 import normkit
-from normkit import _C
+from normkit import _C, _cli_precompile
 from normkit._C import NormkitError
 
 EPILOG = """\
@@ -27,7 +27,7 @@ commands:
       --delete-invalid  remove the invalid entries
   normkit cache clear
       Remove every entry from the disk cache.
-
+""" + _cli_precompile.HELP + """
 The cache directory and everything else the runtime reads from the environment
 (NORMKIT_CACHE_DIR, NORMKIT_CACHE_MODE, NORMKIT_ARCH, ...) are listed in README.md.
 Exit status: 0 on success, 1 when a check failed, 2 on errors.
@@ -366,6 +366,8 @@ def _build_parser():
     verify.set_defaults(func=_cmd_cache_verify)
     clear = actions.add_parser("clear", help="remove every entry", description="Remove every cache entry.")
     clear.set_defaults(func=_cmd_cache_clear)
+
+    _cli_precompile.add_parser(commands, argparse.RawDescriptionHelpFormatter)
     return parser
 
 

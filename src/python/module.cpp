@@ -78,6 +78,8 @@ T* as_pointer(std::uintptr_t address) {
 
 }  // namespace
 
+void register_norm_bindings(nb::module_& m);  // norm_bindings.cpp
+
 NB_MODULE(_C, m) {
   m.doc() = "normkit runtime bindings (internal; use the normkit package)";
 
@@ -248,4 +250,6 @@ NB_MODULE(_C, m) {
     nb::gil_scoped_release release;
     return runtime().stream_is_capturing(as_pointer<void>(stream), device);
   }, "stream"_a, "device"_a);
+
+  register_norm_bindings(m);
 }

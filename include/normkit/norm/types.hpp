@@ -38,12 +38,22 @@ struct Device {
 // slice of heads out of a fused projection, e.g. q = qkv[..., :H, :] of shape
 // (T, H, D) with strides (3*H*D, D, 1): rows_inner = H, stride_outer = 3*H*D,
 // stride_inner = D. Strides are in elements of this tensor's dtype.
+//
+// With the default rows_inner (= rows) only stride_inner is used: it is the plain
+// row stride (Rows::strided builds that). `data` is const for inputs and outputs
+// alike so that one type describes both; the operators write only through the
+// output arguments.
 struct Rows {
   const void* data = nullptr;  // nullptr: the tensor is absent (for optional tensors)
   DType dtype = DType::kFloat32;
   std::int64_t stride_outer = 0;
   std::int64_t stride_inner = 0;
   bool present() const { return data != nullptr; }
+  // Rows `row_stride` elements apart (row_stride == n: contiguous), for a call
+  // whose shape.rows_inner is the default (0 or rows).
+  static Rows strided(const void* data, DType dtype, std::int64_t row_stride) {
+    return Rows{data, dtype, row_stride, row_stride};
+  }
 };
 
 struct RowShape {

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""normkit RMSNorm vs PyTorch eager F.rms_norm on the GPU test grid's shapes.
+
+Issue 3's bar: nothing may be slower than eager at any tested shape. This times
+forward (no grad) and backward (autograd.grad of the output through x and the
+weight) for both, on the same inputs, with triton.testing.do_bench (CUDA events,
+median, L2 cleared between repetitions), and writes JSON plus a markdown summary.
+It is a measurement, not a test: nothing here asserts on a time.
+
+    python scripts/eager_comparison.py --out DIR [--quick]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+NS = [192, 256, 760, 1024, 1128, 4096, 32768, 131072, 262144]
+MS = [1, 199, 8192]
+MAX_ELEMS = 1 << 28  # the GPU test grid's cap on M*N (memory and time)
+
+
+def bench(fn):
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3  # us
+
+
+def copy_gbps():
+    n = 1 << 29  # 1 GiB of bf16
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    us = bench(lambda: dst.copy_(src))
+    return 2 * n * 2 / us / 1e3
+
+
+def shapes(quick):
+    for dt in (["bf16"] if quick else list(DTYPES)):
+        for weight in ["same", "none"]:
+            for m in MS:
+                for n in (NS[::3] if quick else NS):
+                    if m * n > MAX_ELEMS:
+                        m_eff = MAX_ELEMS // n
+                    else:
+                        m_eff = m
+                    yield dt, weight, m_eff, n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="output folder for eager-comparison.json / .md")
+    ap.add_argument("--quick", action="store_true", help="bf16 and every third N only")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import normkit.torch as nkt
+
+    torch.manual_seed(0)
+    copy = copy_gbps()
+    rows, seen = [], set()
+    for dt, weight, m, n in shapes(args.quick):
+        if (dt, weight, m, n) in seen:
+            continue
+        seen.add((dt, weight, m, n))
+        dtype = DTYPES[dt]
+        x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+        w = (torch.rand(n, device="cuda", dtype=dtype) + 0.5).requires_grad_() if weight == "same" else None
+        dy = torch.randn(m, n, device="cuda", dtype=dtype)
+        esize = x.element_size()
+        fwd_bytes = 2 * m * n * esize + (n * esize if w is not None else 0)
+        bwd_bytes = 3 * m * n * esize + (2 * n * esize if w is not None else 0)
+        row = {"dtype": dt, "weight": weight, "M": m, "N": n}
+        with torch.no_grad():
+            row["fwd_normkit_us"] = bench(lambda: nkt.rmsnorm(x, w, eps=1e-6))
+            row["fwd_eager_us"] = bench(lambda: F.rms_norm(x, (n,), w, eps=1e-6))
+        params = (x,) if w is None else (x, w)
+        y_nk = nkt.rmsnorm(x, w, eps=1e-6)
+        y_ea = F.rms_norm(x, (n,), w, eps=1e-6)
+        row["bwd_normkit_us"] = bench(lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True))
+        row["bwd_eager_us"] = bench(lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
+        for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
+            row[f"{d}_bytes"] = b
+            row[f"{d}_normkit_GBps"] = b / row[f"{d}_normkit_us"] / 1e3
+            row[f"{d}_eager_GBps"] = b / row[f"{d}_eager_us"] / 1e3
+            row[f"{d}_speedup_vs_eager"] = row[f"{d}_eager_us"] / row[f"{d}_normkit_us"]
+            row[f"{d}_ratio_to_copy"] = row[f"{d}_normkit_GBps"] / copy
+        rows.append(row)
+        print(f"{dt:4} w={weight:4} M={m:6} N={n:6}  fwd {row['fwd_normkit_us']:9.2f} us vs eager "
+              f"{row['fwd_eager_us']:9.2f} ({row['fwd_speedup_vs_eager']:.2f}x)  bwd {row['bwd_normkit_us']:9.2f}"
+              f" vs {row['bwd_eager_us']:9.2f} ({row['bwd_speedup_vs_eager']:.2f}x)", flush=True)
+        del x, w, dy, y_nk, y_ea
+
+    commit = os.environ.get("NORMKIT_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": smi, "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
+        "command": "python " + " ".join(sys.argv), "copy_GBps": copy,
+        "method": "triton.testing.do_bench median (CUDA events, L2 cleared); fwd under no_grad; bwd = "
+                  "autograd.grad(out, (x, weight), dy) on a retained graph",
+    }
+    with open(os.path.join(args.out, "eager-comparison.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    slower = [r for r in rows for d in ("fwd", "bwd") if r[f"{d}_speedup_vs_eager"] < 1.0]
+    with open(os.path.join(args.out, "eager-comparison.md"), "w") as f:
+        f.write(f"shapes: {len(rows)}; copy {copy:.0f} GB/s; rows where normkit is slower than eager: "
+                f"{len(slower)}\n\n")
+        f.write("| dtype | weight | M | N | fwd us (nk / eager) | fwd x | bwd us (nk / eager) | bwd x |\n")
+        f.write("|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['dtype']} | {r['weight']} | {r['M']} | {r['N']} | {r['fwd_normkit_us']:.1f} / "
+                    f"{r['fwd_eager_us']:.1f} | {r['fwd_speedup_vs_eager']:.2f} | {r['bwd_normkit_us']:.1f} / "
+                    f"{r['bwd_eager_us']:.1f} | {r['bwd_speedup_vs_eager']:.2f} |\n")
+    print(f"copy {copy:.0f} GB/s; {len(slower)} slower-than-eager entries of {2 * len(rows)}")
+
+
+if __name__ == "__main__":
+    main()

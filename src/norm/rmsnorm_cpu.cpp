@@ -1,0 +1,273 @@
+// CPU fallback of RMSNorm: the GPU's semantics on host memory (formulas in
+// rmsnorm.hpp), fp32 accumulation everywhere, rows spread over std::threads.
+//
+// Each row is read completely into fp32 scratch before any of its outputs is
+// stored, so exact aliasing (out == x, residual_out == residual, dx == dout) is
+// safe, as it is on the GPU.
+//
+// Determinism: dweight/dbias are summed per fixed block of rows into fp32
+// partials, and the partials are summed in block order. The blocks depend only on
+// the shape, never on the thread count or on which thread ran which block, so the
+// result is bitwise identical for any number of threads.
+#include "rmsnorm_cpu.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "host_convert.hpp"
+#include "normkit/runtime/error.hpp"
+#include "rmsnorm_internal.hpp"
+
+namespace normkit::norm::detail {
+namespace {
+
+std::atomic<int> g_forced_threads{0};
+
+// Past this many threads a memory-bound loop gains nothing and thread start-up
+// dominates small calls.
+constexpr int kMaxThreads = 32;
+// Below this much work per thread, starting a thread costs more than it saves.
+constexpr std::int64_t kMinElemsPerThread = std::int64_t{1} << 15;
+// Rows are handed out in blocks of about this many elements.
+constexpr std::int64_t kElemsPerBlock = std::int64_t{1} << 14;
+// Bound on the fp32 dW/dB partials, which take blocks * heads * n floats each.
+constexpr std::int64_t kPartialBudgetBytes = std::int64_t{64} << 20;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+int choose_threads(std::int64_t blocks, std::int64_t elems) {
+  std::int64_t want = g_forced_threads.load(std::memory_order_relaxed);
+  if (want <= 0) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    want = std::min<std::int64_t>(hw == 0 ? 1 : hw, kMaxThreads);
+    want = std::min(want, std::max<std::int64_t>(1, elems / kMinElemsPerThread));
+  }
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(want, blocks)));
+}
+
+// Calls work(claim) on `threads` threads, the caller's included. claim() returns
+// each block index in [0, blocks) exactly once over all threads, then -1. If a
+// thread cannot be started, the others simply claim its share.
+template <class Work>
+void run_parallel(std::int64_t blocks, int threads, const Work& work) {
+  std::atomic<std::int64_t> next{0};
+  auto claim = [&]() -> std::int64_t {
+    const std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
+    return b < blocks ? b : -1;
+  };
+  if (threads <= 1) {
+    work(claim);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto guarded = [&] {
+    try {
+      work(claim);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next.store(blocks, std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads - 1));
+  for (int t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(guarded);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  guarded();
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Eight independent fp32 lanes, combined pairwise: a shorter dependency chain and
+// smaller rounding error than one running sum, still plain fp32 like the GPU.
+template <class Term>
+float lane_sum(std::int64_t n, const Term& term) {
+  float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lanes[k] += term(i + k);
+  for (int k = 0; i < n; ++i, ++k) lanes[k] += term(i);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// A (heads, n) parameter in fp32, with the offset folded in once rather than
+// converted again for every row.
+std::vector<float> load_param(const void* data, DType dtype, std::int64_t count, float offset) {
+  std::vector<float> v(static_cast<std::size_t>(count));
+  load_row(data, dtype, 0, count, v.data());
+  if (offset != 0.f)
+    for (float& w : v) w += offset;
+  return v;
+}
+
+std::int64_t fwd_block_rows(std::int64_t n) { return std::max<std::int64_t>(1, kElemsPerBlock / n); }
+
+// Rows per dW/dB block: a function of the shape only (see the file comment). A
+// multiple of heads, so that every block touches every head equally and the
+// partials cost no more than the rows they summarize.
+std::int64_t bwd_block_rows(const RowShape& s, std::int64_t heads, int accumulators) {
+  std::int64_t blocks = std::max<std::int64_t>(1, ceil_div(s.rows * s.n, kElemsPerBlock));
+  if (accumulators > 0) {
+    const std::int64_t per_block = heads * s.n * accumulators * static_cast<std::int64_t>(sizeof(float));
+    blocks = std::min(blocks, std::max<std::int64_t>(1, kPartialBudgetBytes / per_block));
+  }
+  const std::int64_t rows = ceil_div(s.rows, blocks);
+  return ceil_div(rows, heads) * heads;
+}
+
+struct Partials {
+  std::unique_ptr<float[]> data;  // blocks x heads x n, each block zeroed by the thread that owns it
+  std::int64_t stride = 0;        // heads * n
+  float* block(std::int64_t b) { return data.get() + b * stride; }
+};
+
+Partials make_partials(bool wanted, std::int64_t blocks, std::int64_t heads, std::int64_t n) {
+  Partials p;
+  if (!wanted) return p;
+  p.stride = heads * n;
+  p.data.reset(new float[static_cast<std::size_t>(blocks * p.stride)]);
+  return p;
+}
+
+// Sums the partials of every block, in block order, and stores (heads, n) values.
+void reduce_partials(Partials& p, std::int64_t blocks, void* dst, DType dtype) {
+  constexpr std::int64_t kChunk = 1024;
+  const std::int64_t chunks = ceil_div(p.stride, kChunk);
+  run_parallel(chunks, choose_threads(chunks, blocks * p.stride), [&](const auto& claim) {
+    float acc[kChunk];
+    for (std::int64_t c = claim(); c >= 0; c = claim()) {
+      const std::int64_t c0 = c * kChunk, len = std::min(kChunk, p.stride - c0);
+      std::fill(acc, acc + len, 0.f);
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const float* src = p.block(b) + c0;
+        for (std::int64_t i = 0; i < len; ++i) acc[i] += src[i];
+      }
+      store_row(dst, dtype, c0, len, acc);
+    }
+  });
+}
+
+}  // namespace
+
+void set_cpu_threads_for_testing(int threads) {
+  g_forced_threads.store(std::max(0, threads), std::memory_order_relaxed);
+}
+
+void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
+  const RowShape& s = a.shape;
+  const std::int64_t n = s.n, heads = a.heads;
+  if (s.rows == 0) return;
+  const std::vector<float> w =
+      a.weight.present() ? load_param(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<float>{};
+  const std::vector<float> bias =
+      a.bias.present() ? load_param(a.bias.data, a.bias.dtype, heads * n, 0.f) : std::vector<float>{};
+  // Rows carries a const pointer for inputs and outputs alike; outputs are
+  // writable by the API's contract.
+  void* out = const_cast<void*>(a.out.data);
+  void* residual_out = const_cast<void*>(a.residual_out.data);
+
+  const std::int64_t block_rows = fwd_block_rows(n);
+  const std::int64_t blocks = ceil_div(s.rows, block_rows);
+  run_parallel(blocks, choose_threads(blocks, s.rows * n), [&](const auto& claim) {
+    std::vector<float> h(static_cast<std::size_t>(n)), tmp(static_cast<std::size_t>(n));
+    for (std::int64_t b = claim(); b >= 0; b = claim()) {
+      const std::int64_t r_end = std::min(s.rows, (b + 1) * block_rows);
+      for (std::int64_t r = b * block_rows; r < r_end; ++r) {
+        load_row(a.x.data, a.x.dtype, row_offset(a.x, s, r), n, h.data());
+        if (a.residual.present()) {
+          load_row(a.residual.data, a.residual.dtype, row_offset(a.residual, s, r), n, tmp.data());
+          for (std::int64_t i = 0; i < n; ++i) h[i] += tmp[i];
+        }
+        const float sumsq = lane_sum(n, [&](std::int64_t i) { return h[i] * h[i]; });
+        const float rstd = 1.f / std::sqrt(sumsq / static_cast<float>(n) + a.eps);
+        const std::int64_t p = (r % heads) * n;
+        for (std::int64_t i = 0; i < n; ++i) tmp[i] = h[i] * rstd;
+        if (!w.empty())
+          for (std::int64_t i = 0; i < n; ++i) tmp[i] *= w[p + i];
+        if (!bias.empty())
+          for (std::int64_t i = 0; i < n; ++i) tmp[i] += bias[p + i];
+        if (a.rstd != nullptr) a.rstd[r] = rstd;
+        // Without a residual h is x itself: prenorm without a residual stores x.
+        if (residual_out != nullptr)
+          store_row(residual_out, a.residual_out.dtype, row_offset(a.residual_out, s, r), n, h.data());
+        store_row(out, a.out.dtype, row_offset(a.out, s, r), n, tmp.data());
+      }
+    }
+  });
+}
+
+void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
+  const RowShape& s = a.shape;
+  const std::int64_t n = s.n, heads = a.heads;
+  const bool want_dw = a.weight.present(), want_db = a.dbias.present();
+  void* dbias = const_cast<void*>(a.dbias.data);
+  if (s.rows == 0) {
+    // A sum over no rows is zero; dweight/dbias are not empty tensors.
+    const std::vector<float> zeros(static_cast<std::size_t>(heads * n), 0.f);
+    if (want_dw) store_row(a.dweight, a.weight.dtype, 0, heads * n, zeros.data());
+    if (want_db) store_row(dbias, a.dbias.dtype, 0, heads * n, zeros.data());
+    return;
+  }
+  const std::vector<float> w =
+      want_dw ? load_param(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<float>{};
+  void* dx = const_cast<void*>(a.dx.data);
+  void* dresidual = const_cast<void*>(a.dresidual.data);
+
+  const std::int64_t block_rows = bwd_block_rows(s, heads, int{want_dw} + int{want_db});
+  const std::int64_t blocks = ceil_div(s.rows, block_rows);
+  Partials pdw = make_partials(want_dw, blocks, heads, n);
+  Partials pdb = make_partials(want_db, blocks, heads, n);
+
+  run_parallel(blocks, choose_threads(blocks, s.rows * n), [&](const auto& claim) {
+    const auto nn = static_cast<std::size_t>(n);
+    std::vector<float> xhat(nn), dy(nn), g(nn), tmp(nn);
+    for (std::int64_t b = claim(); b >= 0; b = claim()) {
+      float* bdw = want_dw ? pdw.block(b) : nullptr;
+      float* bdb = want_db ? pdb.block(b) : nullptr;
+      if (bdw) std::fill(bdw, bdw + heads * n, 0.f);
+      if (bdb) std::fill(bdb, bdb + heads * n, 0.f);
+      const std::int64_t r_end = std::min(s.rows, (b + 1) * block_rows);
+      for (std::int64_t r = b * block_rows; r < r_end; ++r) {
+        const float rstd = a.rstd[r];
+        const std::int64_t p = (r % heads) * n;
+        load_row(a.x.data, a.x.dtype, row_offset(a.x, s, r), n, xhat.data());
+        load_row(a.dout.data, a.dout.dtype, row_offset(a.dout, s, r), n, dy.data());
+        for (std::int64_t i = 0; i < n; ++i) xhat[i] *= rstd;
+        if (want_dw)
+          for (std::int64_t i = 0; i < n; ++i) g[i] = dy[i] * w[p + i];
+        else
+          std::copy(dy.begin(), dy.end(), g.begin());
+        const float mean_gx = lane_sum(n, [&](std::int64_t i) { return g[i] * xhat[i]; }) / static_cast<float>(n);
+        for (std::int64_t i = 0; i < n; ++i) g[i] = rstd * (g[i] - xhat[i] * mean_gx);
+        if (a.dresidual_out.present()) {
+          load_row(a.dresidual_out.data, a.dresidual_out.dtype, row_offset(a.dresidual_out, s, r), n, tmp.data());
+          for (std::int64_t i = 0; i < n; ++i) g[i] += tmp[i];
+        }
+        if (bdw)
+          for (std::int64_t i = 0; i < n; ++i) bdw[p + i] += dy[i] * xhat[i];
+        if (bdb)
+          for (std::int64_t i = 0; i < n; ++i) bdb[p + i] += dy[i];
+        store_row(dx, a.dx.dtype, row_offset(a.dx, s, r), n, g.data());
+        if (dresidual != nullptr) store_row(dresidual, a.dresidual.dtype, row_offset(a.dresidual, s, r), n, g.data());
+      }
+    }
+  });
+  if (want_dw) reduce_partials(pdw, blocks, a.dweight, a.weight.dtype);
+  if (want_db) reduce_partials(pdb, blocks, dbias, a.dbias.dtype);
+}
+
+}  // namespace normkit::norm::detail

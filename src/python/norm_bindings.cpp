@@ -1,0 +1,305 @@
+// normkit._C: bindings of the norm operators' public API (normkit/norm/*.hpp).
+//
+// Conversion only. The per-call entry points take flat positional arguments
+// (addresses as ints, dtype names, strides in elements) because normkit.torch
+// calls them on every forward/backward: no dicts, tuples or keyword parsing on
+// that path. Every check lives in the C++ operator so that the C++ tests cover it.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "normkit/norm/rmsnorm.hpp"
+#include "normkit/norm/types.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+namespace nn = normkit::norm;
+
+using Address = std::uintptr_t;
+
+nn::DType dtype_arg(const char* name, const char* what) {
+  if (auto t = nn::parse_dtype(name)) return *t;
+  throw nb::value_error((std::string(what) + ": unsupported dtype '" + name + "' (expected fp16, bf16 or fp32)").c_str());
+}
+
+// An absent optional tensor is address 0; its dtype name is then not looked at,
+// so the caller may pass any placeholder.
+nn::Rows rows_arg(Address data, const char* dtype, std::int64_t stride_outer, std::int64_t stride_inner,
+                  const char* what) {
+  nn::Rows r;
+  if (data == 0) return r;
+  r.data = reinterpret_cast<const void*>(data);
+  r.dtype = dtype_arg(dtype, what);
+  r.stride_outer = stride_outer;
+  r.stride_inner = stride_inner;
+  return r;
+}
+
+nn::Param param_arg(Address data, const char* dtype, const char* what) {
+  nn::Param p;
+  if (data == 0) return p;
+  p.data = reinterpret_cast<const void*>(data);
+  p.dtype = dtype_arg(dtype, what);
+  return p;
+}
+
+// Negative: host data (CPU fallback); otherwise the CUDA ordinal the front end
+// already knows, so the operator skips the pointer query.
+nn::Device device_arg(int device) { return device < 0 ? nn::Device::cpu() : nn::Device::cuda(device); }
+
+nn::RmsNormBwdArgs bwd_args(std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
+                            Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
+                            Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
+                            Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so,
+                            std::int64_t dres_out_si,
+                            Address dx, const char* dx_dtype, std::int64_t dx_so, std::int64_t dx_si,
+                            Address dres, const char* dres_dtype, std::int64_t dres_so, std::int64_t dres_si,
+                            Address weight, const char* weight_dtype, std::int64_t heads, Address rstd,
+                            Address dweight, Address dbias, const char* dbias_dtype, float weight_offset,
+                            Address workspace, std::size_t workspace_bytes, int device, Address stream) {
+  nn::RmsNormBwdArgs a;
+  a.shape = {rows, n, rows_inner};
+  a.x = rows_arg(x, x_dtype, x_so, x_si, "x");
+  a.dout = rows_arg(dout, dout_dtype, dout_so, dout_si, "dout");
+  a.dresidual_out = rows_arg(dres_out, dres_out_dtype, dres_out_so, dres_out_si, "dresidual_out");
+  a.dx = rows_arg(dx, dx_dtype, dx_so, dx_si, "dx");
+  a.dresidual = rows_arg(dres, dres_dtype, dres_so, dres_si, "dresidual");
+  a.weight = param_arg(weight, weight_dtype, "weight");
+  a.heads = heads;
+  a.rstd = reinterpret_cast<const float*>(rstd);
+  a.dweight = reinterpret_cast<void*>(dweight);
+  a.dbias = param_arg(dbias, dbias_dtype, "dbias");
+  a.weight_offset = weight_offset;
+  a.workspace = reinterpret_cast<void*>(workspace);
+  a.workspace_bytes = workspace_bytes;
+  a.device = device_arg(device);
+  a.stream = reinterpret_cast<nn::Stream>(stream);
+  return a;
+}
+
+std::optional<nn::DType> optional_dtype(const std::optional<std::string>& name, const char* what) {
+  if (!name || name->empty() || *name == "none") return std::nullopt;
+  return dtype_arg(name->c_str(), what);
+}
+
+nn::RmsNormVariant variant_arg(bool backward, std::int64_t n, const std::string& x,
+                               const std::optional<std::string>& weight, const std::optional<std::string>& bias,
+                               const std::optional<std::string>& residual,
+                               const std::optional<std::string>& residual_out,
+                               const std::optional<std::string>& out, const std::optional<std::string>& dout,
+                               bool store_rstd) {
+  nn::RmsNormVariant v;
+  v.backward = backward;
+  v.n = n;
+  v.x = dtype_arg(x.c_str(), "x");
+  v.weight = optional_dtype(weight, "weight");
+  v.bias = optional_dtype(bias, "bias");
+  v.residual = optional_dtype(residual, "residual");
+  v.residual_out = optional_dtype(residual_out, "residual_out");
+  v.out = optional_dtype(out, "out");
+  v.dout = optional_dtype(dout, "dout");
+  v.store_rstd = store_rstd;
+  return v;
+}
+
+// Thrown through the C++ precompile loop to stop it when the Python callback
+// raised; the Python exception itself is kept aside and restored afterwards.
+struct CallbackAborted {};
+
+}  // namespace
+
+void register_norm_bindings(nb::module_& m) {
+  m.def("norm_dtype_size", [](const char* name) { return nn::dtype_size(dtype_arg(name, "dtype")); }, "dtype"_a);
+  m.def("norm_dtype_name", [](const char* name) { return std::string(nn::dtype_name(dtype_arg(name, "dtype"))); },
+        "dtype"_a, "Canonical short name (fp16, bf16, fp32) of a dtype alias; ValueError if unsupported.");
+
+  m.def(
+      "rmsnorm_fwd",
+      [](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
+         Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
+         Address res, const char* res_dtype, std::int64_t res_so, std::int64_t res_si,
+         Address out, const char* out_dtype, std::int64_t out_so, std::int64_t out_si,
+         Address res_out, const char* res_out_dtype, std::int64_t res_out_so, std::int64_t res_out_si,
+         Address weight, const char* weight_dtype, Address bias, const char* bias_dtype, std::int64_t heads,
+         Address rstd, float eps, float weight_offset, int device, Address stream) {
+        nn::RmsNormFwdArgs a;
+        a.shape = {rows, n, rows_inner};
+        a.x = rows_arg(x, x_dtype, x_so, x_si, "x");
+        a.residual = rows_arg(res, res_dtype, res_so, res_si, "residual");
+        a.out = rows_arg(out, out_dtype, out_so, out_si, "out");
+        a.residual_out = rows_arg(res_out, res_out_dtype, res_out_so, res_out_si, "residual_out");
+        a.weight = param_arg(weight, weight_dtype, "weight");
+        a.bias = param_arg(bias, bias_dtype, "bias");
+        a.heads = heads;
+        a.rstd = reinterpret_cast<float*>(rstd);
+        a.eps = eps;
+        a.weight_offset = weight_offset;
+        a.device = device_arg(device);
+        a.stream = reinterpret_cast<nn::Stream>(stream);
+        // Host data runs the (multithreaded) CPU fallback, and a first GPU call may
+        // compile: neither should hold the GIL.
+        nb::gil_scoped_release release;
+        nn::rmsnorm_fwd(a);
+      },
+      "rows"_a, "n"_a, "rows_inner"_a,
+      "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a,
+      "residual"_a, "residual_dtype"_a, "residual_stride_outer"_a, "residual_stride_inner"_a,
+      "out"_a, "out_dtype"_a, "out_stride_outer"_a, "out_stride_inner"_a,
+      "residual_out"_a, "residual_out_dtype"_a, "residual_out_stride_outer"_a, "residual_out_stride_inner"_a,
+      "weight"_a, "weight_dtype"_a, "bias"_a, "bias_dtype"_a, "heads"_a,
+      "rstd"_a, "eps"_a, "weight_offset"_a, "device"_a, "stream"_a,
+      "RMSNorm forward on raw addresses (0 = absent). Row r of each tensor starts at element "
+      "(r // rows_inner) * stride_outer + (r % rows_inner) * stride_inner (rows_inner 0: rows). "
+      "device < 0: host data (CPU fallback), else the CUDA ordinal; stream: CUstream as int. "
+      "Internal: normkit.torch is the caller.");
+
+  m.def(
+      "rmsnorm_bwd",
+      [](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
+         Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
+         Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
+         Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so, std::int64_t dres_out_si,
+         Address dx, const char* dx_dtype, std::int64_t dx_so, std::int64_t dx_si,
+         Address dres, const char* dres_dtype, std::int64_t dres_so, std::int64_t dres_si,
+         Address weight, const char* weight_dtype, std::int64_t heads, Address rstd,
+         Address dweight, Address dbias, const char* dbias_dtype, float weight_offset,
+         Address workspace, std::size_t workspace_bytes, int device, Address stream) {
+        const nn::RmsNormBwdArgs a =
+            bwd_args(rows, n, rows_inner, x, x_dtype, x_so, x_si, dout, dout_dtype, dout_so, dout_si, dres_out,
+                     dres_out_dtype, dres_out_so, dres_out_si, dx, dx_dtype, dx_so, dx_si, dres, dres_dtype,
+                     dres_so, dres_si, weight, weight_dtype, heads, rstd, dweight, dbias, dbias_dtype,
+                     weight_offset, workspace, workspace_bytes, device, stream);
+        nb::gil_scoped_release release;
+        nn::rmsnorm_bwd(a);
+      },
+      "rows"_a, "n"_a, "rows_inner"_a,
+      "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a,
+      "dout"_a, "dout_dtype"_a, "dout_stride_outer"_a, "dout_stride_inner"_a,
+      "dresidual_out"_a, "dresidual_out_dtype"_a, "dresidual_out_stride_outer"_a, "dresidual_out_stride_inner"_a,
+      "dx"_a, "dx_dtype"_a, "dx_stride_outer"_a, "dx_stride_inner"_a,
+      "dresidual"_a, "dresidual_dtype"_a, "dresidual_stride_outer"_a, "dresidual_stride_inner"_a,
+      "weight"_a, "weight_dtype"_a, "heads"_a, "rstd"_a, "dweight"_a, "dbias"_a, "dbias_dtype"_a,
+      "weight_offset"_a, "workspace"_a, "workspace_bytes"_a, "device"_a, "stream"_a,
+      "RMSNorm backward on raw addresses (0 = absent); same conventions as rmsnorm_fwd. "
+      "dweight has weight's dtype; workspace: rmsnorm_bwd_workspace_bytes() bytes of device memory.");
+
+  m.def(
+      "rmsnorm_bwd_workspace_bytes",
+      [](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
+         Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
+         Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
+         Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so, std::int64_t dres_out_si,
+         Address dx, const char* dx_dtype, std::int64_t dx_so, std::int64_t dx_si,
+         Address dres, const char* dres_dtype, std::int64_t dres_so, std::int64_t dres_si,
+         Address weight, const char* weight_dtype, std::int64_t heads, Address rstd,
+         Address dweight, Address dbias, const char* dbias_dtype, float weight_offset, int device,
+         Address stream) {
+        const nn::RmsNormBwdArgs a =
+            bwd_args(rows, n, rows_inner, x, x_dtype, x_so, x_si, dout, dout_dtype, dout_so, dout_si, dres_out,
+                     dres_out_dtype, dres_out_so, dres_out_si, dx, dx_dtype, dx_so, dx_si, dres, dres_dtype,
+                     dres_so, dres_si, weight, weight_dtype, heads, rstd, dweight, dbias, dbias_dtype,
+                     weight_offset, 0, 0, device, stream);
+        nb::gil_scoped_release release;  // may query the device's SM count
+        return nn::rmsnorm_bwd_workspace_bytes(a);
+      },
+      "rows"_a, "n"_a, "rows_inner"_a,
+      "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a,
+      "dout"_a, "dout_dtype"_a, "dout_stride_outer"_a, "dout_stride_inner"_a,
+      "dresidual_out"_a, "dresidual_out_dtype"_a, "dresidual_out_stride_outer"_a, "dresidual_out_stride_inner"_a,
+      "dx"_a, "dx_dtype"_a, "dx_stride_outer"_a, "dx_stride_inner"_a,
+      "dresidual"_a, "dresidual_dtype"_a, "dresidual_stride_outer"_a, "dresidual_stride_inner"_a,
+      "weight"_a, "weight_dtype"_a, "heads"_a, "rstd"_a, "dweight"_a, "dbias"_a, "dbias_dtype"_a,
+      "weight_offset"_a, "device"_a, "stream"_a,
+      "Bytes of scratch rmsnorm_bwd needs for these arguments (rmsnorm_bwd's arguments without the workspace).");
+
+  // --- ahead-of-time compilation (no GPU) ------------------------------------
+  m.def(
+      "rmsnorm_precompile",
+      [](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
+         const std::optional<std::string>& weight, const std::optional<std::string>& bias,
+         const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
+         const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd,
+         nb::object callback) {
+        const nn::RmsNormVariant v =
+            variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
+        auto to_dict = [](const nn::PrecompiledKernel& k) {
+          nb::dict d;
+          d["family"] = k.family;
+          d["template_args"] = k.template_args;
+          d["cache_key"] = k.cache_key;
+          d["registers"] = k.registers;
+          d["spill_bytes"] = k.spill_bytes;
+          d["from_cache"] = k.from_cache;
+          return d;
+        };
+        std::optional<nb::python_error> callback_error;
+        std::function<void(const nn::PrecompiledKernel&)> on_kernel;
+        if (!callback.is_none()) {
+          on_kernel = [&](const nn::PrecompiledKernel& k) {
+            nb::gil_scoped_acquire acquire;
+            try {
+              callback(to_dict(k));
+            } catch (nb::python_error& e) {
+              // Stop the loop, but re-raise the callback's own exception (e.g.
+              // KeyboardInterrupt) rather than whatever the C++ side would wrap it in.
+              callback_error.emplace(std::move(e));
+              throw CallbackAborted{};
+            }
+          };
+        }
+        std::vector<nn::PrecompiledKernel> kernels;
+        try {
+          nb::gil_scoped_release release;
+          kernels = nn::rmsnorm_precompile(v, arch, on_kernel);
+        } catch (...) {
+          if (callback_error) throw std::move(*callback_error);
+          throw;
+        }
+        nb::list result;
+        for (const auto& k : kernels) result.append(to_dict(k));
+        return result;
+      },
+      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
+      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
+      "store_rstd"_a = true, "callback"_a = nb::none(),
+      "Compile (or find in the disk cache) every RMSNorm kernel of one variant for an explicit target "
+      "such as 'sm_90a' (no GPU needed). Dtype arguments are names; None (or 'none') means absent "
+      "(out/dout: x's dtype). callback(dict) is called after each kernel; returns the list of those dicts "
+      "(family, template_args, cache_key, registers, spill_bytes (-1: unknown), from_cache).");
+  m.def(
+      "rmsnorm_precompile_count",
+      [](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
+         const std::optional<std::string>& weight, const std::optional<std::string>& bias,
+         const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
+         const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd) {
+        const nn::RmsNormVariant v =
+            variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
+        nb::gil_scoped_release release;
+        return nn::rmsnorm_precompile_count(v, arch);
+      },
+      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
+      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
+      "store_rstd"_a = true,
+      "How many kernels rmsnorm_precompile will produce for these arguments (for progress bars).");
+  m.def(
+      "rmsnorm_variant_describe",
+      [](std::int64_t n, bool backward, const std::string& x, const std::optional<std::string>& weight,
+         const std::optional<std::string>& bias, const std::optional<std::string>& residual,
+         const std::optional<std::string>& residual_out, const std::optional<std::string>& out,
+         const std::optional<std::string>& dout, bool store_rstd) {
+        return variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd).describe();
+      },
+      "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "residual"_a = nb::none(),
+      "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(), "store_rstd"_a = true,
+      "One-line description of an RMSNorm variant, as the C++ library writes it.");
+}

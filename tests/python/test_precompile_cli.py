@@ -1,0 +1,100 @@
+"""`normkit precompile`: fills the disk cache for explicit targets with no GPU."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SMALL = ("--n", "4096", "--dtype", "bf16", "--weight-dtype", "fp32", "--features", "residual,bias")
+
+
+def run_cli(*args, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "normkit", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600, env=full_env)
+
+
+def cache_entries():
+    result = run_cli("cache", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_precompile_fills_the_cache_then_hits_it(nvrtc):
+    first = run_cli("precompile", "--arch", "sm_90a,sm_80", *SMALL, "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = json.loads(first.stdout)
+    kernels = report["kernels"]
+    assert kernels and report["compiled"] == len(kernels) - report["cached"]
+    assert report["spilled"] == 0
+    assert {k["arch"] for k in kernels} == {"sm_90a", "sm_80"}
+    assert {k["family"] for k in kernels} >= {"rmsnorm_fwd", "rmsnorm_bwd"}
+
+    entries = cache_entries()
+    keys = {e["key"] for e in entries}
+    assert {k["cache_key"] for k in kernels} <= keys
+    assert {e["meta"]["target"] for e in entries} == {"sm_90a", "sm_80"}
+    assert all(e["valid"] for e in entries)
+
+    second = run_cli("precompile", "--arch", "sm_90a,sm_80", *SMALL)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"{len(kernels)} kernels for sm_90a, sm_80" in second.stdout
+    assert f"0 compiled, {len(kernels)} already cached" in second.stdout
+    assert "spill check: " in second.stdout
+    assert len(cache_entries()) == len(entries)
+
+
+def test_run_only_uses_precompiled_kernels_and_refuses_missing_ones(nvrtc):
+    assert run_cli("precompile", "--arch", "sm_90a", *SMALL).returncode == 0
+    again = run_cli("precompile", "--arch", "sm_90a", *SMALL, "--json", env={"NORMKIT_RUN_ONLY": "1"})
+    assert again.returncode == 0, again.stdout + again.stderr
+    report = json.loads(again.stdout)
+    assert report["compiled"] == 0 and report["cached"] == len(report["kernels"]) > 0
+
+    missing = run_cli("precompile", "--arch", "sm_90a", "--n", "2048", env={"NORMKIT_RUN_ONLY": "1"})
+    assert missing.returncode == 2
+    assert "normkit: error: NORMKIT_RUN_ONLY" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_arch_from_environment(nvrtc):
+    result = run_cli("precompile", "--n", "256", "--direction", "fwd", env={"NORMKIT_ARCH": "sm_80"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "for sm_80" in result.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--arch", "sm_90a", "--n", "4096", "--op", "softmax"), "--op: unknown operator 'softmax'"),
+    (("--arch", "sm_90a", "--n", "0"), "--n: expected comma-separated positive integers"),
+    (("--arch", "sm_90a", "--n", "4096,x"), "--n: expected comma-separated positive integers"),
+    (("--arch", "sm_90a", "--n", "4096", "--dtype", "fp64"), "--dtype: unknown dtype 'fp64'"),
+    (("--arch", "sm_90a", "--n", "4096", "--weight-dtype", "int8"), "--weight-dtype: unknown dtype 'int8'"),
+    (("--arch", "sm_90a", "--n", "4096", "--features", "residual,dropout"), "--features: unknown value 'dropout'"),
+    (("--arch", "sm_90a", "--n", "4096", "--direction", "sideways"), "--direction: unknown value 'sideways'"),
+    (("--n", "4096"), "--arch: give the compile target"),
+    (("--arch", "gfx942", "--n", "4096"), "gfx942"),
+])
+def test_bad_arguments_exit_nonzero_with_a_message(args, message, monkeypatch):
+    monkeypatch.delenv("NORMKIT_ARCH", raising=False)
+    result = run_cli("precompile", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "normkit: error: " in result.stderr and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_n_is_a_usage_error():
+    result = run_cli("precompile", "--arch", "sm_90a")
+    assert result.returncode == 2
+    assert "--n" in result.stderr
+
+
+def test_help_documents_every_flag():
+    result = run_cli("precompile", "--help")
+    assert result.returncode == 0
+    for flag in ("--arch", "--n", "--op", "--dtype", "--weight-dtype", "--out-dtype", "--residual-dtype",
+                 "--features", "--direction", "--json"):
+        assert flag in result.stdout, flag
+    top = run_cli("--help").stdout
+    assert "normkit precompile" in top and "--weight-dtype" in top
