@@ -51,9 +51,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 3-4 values per element, so fewer elements per thread.
   const int elems_per_thread = in.backward ? (in.dbias ? 8 : 16) : 32;
   const int tpr_max = in.backward ? 512 : 1024;
-  // The two-pass kernel needs registers for its address arithmetic more than for
-  // data: 1024 threads (a 64-register cap) made ptxas spill it on sm_80.
-  const int tpr_two_pass = 512;
+  // The two-pass kernel keeps no row in registers: small CTAs, four per SM, so
+  // that several rows' loads and reductions overlap on each SM.
+  const int tpr_two_pass = 256;
+  const int two_pass_blocks = 4;
   const std::int64_t nv = in.n / p.vec;
   const std::int64_t items = std::max<std::int64_t>(1, elems_per_thread / p.vec);
   std::int64_t tpr = next_pow2((nv + items - 1) / items);
@@ -61,14 +62,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.regs = true;
   if (tpr > tpr_max) {
     const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
-    if (in.arch >= 90 && cluster <= 8) {
+    // Backward rows that need a cluster to stay in registers leave one 512-thread
+    // CTA per SM, which then waits on every row's cluster-wide reduction: measured
+    // on H200 (bf16, M=8192, N=32768) at 1.47 ms against eager PyTorch's 1.05 ms.
+    // Those use the two-pass kernel instead, like rows too long for any cluster.
+    if (in.arch >= 90 && cluster <= 8 && !in.backward) {
       p.cluster = static_cast<int>(cluster);
     } else {
-      // Too long for the registers even of an 8-CTA cluster: two passes over the
-      // row. A cluster (where there is one) still splits the row, so that each
-      // CTA's slice is small enough for its second pass to come from L2.
+      // Two passes over the row. A cluster (where there is one) splits the row
+      // into slices of ~4096 elements, small enough for the second pass to be
+      // served from L2.
       p.regs = false;
-      p.cluster = in.arch >= 90 ? 8 : 1;
+      p.cluster = in.arch >= 90 ? static_cast<int>(std::clamp<std::int64_t>(next_pow2(in.n / 4096), 1, 8)) : 1;
     }
     tpr = p.regs ? tpr_max : tpr_two_pass;
   }
@@ -79,8 +84,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
 
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
-  // Two-pass: no row in registers, but its loop is unrolled 4x (row_engine.cuh).
-  const std::int64_t owned = p.regs ? ((slice_v + p.tpr - 1) / p.tpr) * p.vec : 4 * p.vec;
+  const std::int64_t owned = ((slice_v + p.tpr - 1) / p.tpr) * p.vec;
   const int per_elem = in.backward ? (3 + (in.dbias ? 1 : 0)) : 1;
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
@@ -88,6 +92,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(p.threads()) * regs_needed);
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
+  if (!p.regs) p.min_blocks = two_pass_blocks;
   return p;
 }
 

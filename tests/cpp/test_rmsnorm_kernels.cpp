@@ -136,9 +136,13 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
-  // Backward rows this long are two-pass everywhere, split over a cluster where there is one.
+  // Backward rows too long for one CTA's registers are two-pass everywhere,
+  // split over a cluster where there is one.
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 8);
+  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").regs);
+  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a").cluster, 8);
+  EXPECT_TRUE(plan(8192, bf16, true, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_80").cluster, 1);
   EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
   EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);

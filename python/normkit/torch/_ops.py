@@ -111,9 +111,14 @@ def _backward(ctx, dout, dresidual_out, _drstd):
     # Per-head bias without a weight: the kernel keys heads on the weight, so
     # that (rare) dbias is summed here.
     kernel_db = ctx.bias_dtype is not None and needs[2] and not (weight is None and ctx.bias_heads)
-    dx, dweight, dbias, dresidual = torch.ops.normkit.rmsnorm_bwd(
-        h, weight, dout, rstd, dresidual_out, ctx.x_dtype, ctx.bias_dtype if kernel_db else None,
-        dresidual_dtype, ctx.weight_offset)
+    bwd_args = (h, weight, dout, rstd, dresidual_out, ctx.x_dtype, ctx.bias_dtype if kernel_db else None,
+                dresidual_dtype, ctx.weight_offset)
+    if not torch.is_grad_enabled() and _direct_ok(h, weight, dout, dresidual_out):
+        # Eager backward: the kernel directly (the op's dispatch costs more host
+        # time than the kernel takes on small shapes). Traced backwards see the op.
+        dx, dweight, dbias, dresidual = _impl.rmsnorm_bwd_impl(*bwd_args)
+    else:
+        dx, dweight, dbias, dresidual = torch.ops.normkit.rmsnorm_bwd(*bwd_args)
     grad_bias = None
     if ctx.bias_dtype is not None and needs[2]:
         if kernel_db:
@@ -161,11 +166,34 @@ def _direct_ok(x, *others):
     return _dispatch_modes() == 0 and _function_modes() == 0 and not _functorch_active()
 
 
+class _EagerRmsNorm(torch.autograd.Function):
+    """Eager-mode autograd without the dispatcher: same forward, same saved state and
+    the same backward (_backward) as the custom op's autograd, minus the custom op's
+    host overhead (tens of microseconds per call). torch.compile never sees this
+    class: traced calls take the custom op (_direct_ok is false under tracing)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
+                store_residual_out):
+        inputs = (x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
+                  store_residual_out)
+        output = _impl.rmsnorm_fwd_impl(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dout, dresidual_out, drstd):
+        return _backward(ctx, dout, dresidual_out, drstd)
+
+
 def _forward(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
              store_residual_out, grad):
-    if not grad and _direct_ok(x, weight, bias, residual):
-        return _impl.rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
-                                      store_rstd, store_residual_out, False)
+    if _direct_ok(x, weight, bias, residual):
+        if not grad:
+            return _impl.rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+                                          store_rstd, store_residual_out, False)
+        return _EagerRmsNorm.apply(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
+                                   float(weight_offset), store_rstd, store_residual_out)
     return torch.ops.normkit.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
                                          float(weight_offset), store_rstd, store_residual_out)
 
