@@ -134,7 +134,7 @@ std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std
     s.dresidual = v.residual_out;
     s.dbias = v.bias.has_value();
     out.push_back(detail::bwd_source(s));
-    if (!s.plan.regs && (v.weight || v.bias)) {
+    if (!s.plan.row_sums && (v.weight || v.bias)) {
       detail::RmsBwdColumnSpec c;
       c.n = v.n;
       c.vec = s.plan.vec;

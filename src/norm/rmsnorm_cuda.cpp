@@ -136,7 +136,7 @@ namespace {
 struct BwdKernels {
   RowPlan plan;
   int sm_count = 0;
-  rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual; partial sums when plan.regs)
+  rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual; partial sums when plan.row_sums)
   rt::LoadedKernel columns;       // two-pass plans: column-wise partial sums (function == nullptr otherwise)
   rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
 };
@@ -187,7 +187,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
     if (load) {
       log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
       k.rows = runtime.get(bwd_source(spec), device, a.stream);
-      if (!spec.plan.regs && (spec.weight || dbias_dtype)) {
+      if (!spec.plan.row_sums && (spec.weight || dbias_dtype)) {
         RmsBwdColumnSpec col;
         col.n = spec.n;
         col.vec = spec.plan.vec;
@@ -208,7 +208,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   if (a.shape.rows > 0) {
     const std::int64_t rows_per_head = a.shape.rows / a.heads;
     l.row_ctas = plan_bwd_parts(found->plan, rows_per_head, a.heads, found->sm_count);
-    l.parts = found->plan.regs ? l.row_ctas
+    l.parts = found->plan.row_sums ? l.row_ctas
                                : plan_bwd_column_parts(a.shape.n, found->plan.vec, rows_per_head, a.heads,
                                                        found->sm_count, kColumnThreads);
   }
@@ -264,7 +264,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
     cfg.stream = a.stream;
     void* args[] = {&p};
     runtime.launch(l.kernels.rows, cfg, args);
-    if (!plan.regs && param_grads) {
+    if (!plan.row_sums && param_grads) {
       rt::LaunchConfig col;
       col.grid.x = checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, "rmsnorm_bwd (columns)");
       col.grid.y = static_cast<unsigned>(l.parts);

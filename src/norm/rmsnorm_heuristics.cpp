@@ -19,6 +19,7 @@ std::int64_t next_pow2(std::int64_t v) {
 std::string RowPlan::str() const {
   return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
+         " row_sums=" + std::to_string(row_sums ? 1 : 0) +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -46,33 +47,49 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       break;
     }
   }
-  // Elements a thread keeps in registers. Forward: h only, so 32 (eight 16-byte
-  // bf16 loads in flight per thread). Backward keeps xhat, g and the column sums,
-  // 3-4 values per element, so fewer elements per thread.
-  const int elems_per_thread = in.backward ? (in.dbias ? 8 : 16) : 32;
-  const int tpr_max = in.backward ? 512 : 1024;
+  const std::int64_t nv = in.n / p.vec;
+  auto threads_for = [&](int elems_per_thread) {
+    const std::int64_t items = std::max<std::int64_t>(1, elems_per_thread / p.vec);
+    return next_pow2((nv + items - 1) / items);
+  };
   // The two-pass kernel keeps no row in registers: small CTAs, four per SM, so
   // that several rows' loads and reductions overlap on each SM.
   const int tpr_two_pass = 256;
   const int two_pass_blocks = 4;
-  const std::int64_t nv = in.n / p.vec;
-  const std::int64_t items = std::max<std::int64_t>(1, elems_per_thread / p.vec);
-  std::int64_t tpr = next_pow2((nv + items - 1) / items);
   p.cluster = 1;
   p.regs = true;
+  p.row_sums = in.backward;
+  std::int64_t tpr;
+  int tpr_max;
+  if (!in.backward) {
+    // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
+    tpr = threads_for(32);
+    tpr_max = 1024;
+  } else {
+    // Backward keeps the row (h and dout in their storage dtype) and, for rows
+    // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
+    // dw (and db) running sums for its columns across all rows it visits.
+    tpr = threads_for(in.dbias ? 8 : 16);
+    tpr_max = 512;
+    if (tpr > tpr_max) {
+      // Longer rows: registers go to the row alone (128 bytes of h + dout per
+      // thread; 256 bytes made ptxas spill under the 128-register cap of 512
+      // threads, and 1024 threads' 64-register cap spilled at 128) and dw/db
+      // come from the column pass.
+      p.row_sums = false;
+      tpr = threads_for(64 / in.x_bytes);
+    }
+  }
   if (tpr > tpr_max) {
     const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
-    // Backward rows that need a cluster to stay in registers leave one 512-thread
-    // CTA per SM, which then waits on every row's cluster-wide reduction: measured
-    // on H200 (bf16, M=8192, N=32768) at 1.47 ms against eager PyTorch's 1.05 ms.
-    // Those use the two-pass kernel instead, like rows too long for any cluster.
-    if (in.arch >= 90 && cluster <= 8 && !in.backward) {
+    if (in.arch >= 90 && cluster <= 8) {
       p.cluster = static_cast<int>(cluster);
     } else {
       // Two passes over the row. A cluster (where there is one) splits the row
       // into slices of ~4096 elements, small enough for the second pass to be
       // served from L2.
       p.regs = false;
+      p.row_sums = false;
       p.cluster = in.arch >= 90 ? static_cast<int>(std::clamp<std::int64_t>(next_pow2(in.n / 4096), 1, 8)) : 1;
     }
     tpr = p.regs ? tpr_max : tpr_two_pass;
@@ -85,7 +102,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
   const std::int64_t owned = ((slice_v + p.tpr - 1) / p.tpr) * p.vec;
-  const int per_elem = in.backward ? (3 + (in.dbias ? 1 : 0)) : 1;
+  // Registers per owned element: forward h; backward h + dout in storage dtype,
+  // plus the fp32 column sums when the row kernel keeps them.
+  const int per_elem = !in.backward ? 1 : (in.x_bytes >= 4 ? 2 : 1) + (p.row_sums ? (in.dbias ? 2 : 1) : 0);
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
   const std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;

@@ -15,6 +15,7 @@ struct RowPlan {
   int rows = 1;        // rows per CTA
   int cluster = 1;     // CTAs per row (thread-block cluster; > 1 only on sm_90+)
   bool regs = true;    // row kept in registers between reduction and epilogue
+  bool row_sums = true;  // backward: dw/db summed by the row kernel (else by the column pass)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
   std::string str() const;

@@ -122,7 +122,7 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     s.dresidual = c.dresidual;
     s.dbias = c.dbias;
     expect_clean(bwd_source(s), "bwd n=" + std::to_string(c.n) + " " + s.plan.str());
-    if (!s.plan.regs) {
+    if (!s.plan.row_sums) {
       RmsBwdColumnSpec col{c.n, s.plan.vec, c.x, c.dout, c.weight.has_value(), c.dbias};
       expect_clean(bwd_column_source(col), "bwd columns n=" + std::to_string(c.n));
     }
@@ -136,13 +136,17 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
-  // Backward rows too long for one CTA's registers are two-pass everywhere,
-  // split over a cluster where there is one.
+  // Backward: short rows keep dw/db sums in the row kernel; longer rows give
+  // their registers to the row (column pass for dw/db), clustered on sm_90+;
+  // rows too long for an 8-CTA cluster are two-pass.
+  EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
+  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").row_sums);
+  EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a").regs);
+  EXPECT_TRUE(plan(131072, bf16, true, false, "sm_90a").regs);
+  EXPECT_EQ(plan(131072, bf16, true, false, "sm_90a").cluster, 8);
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 8);
-  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").regs);
-  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a").cluster, 8);
-  EXPECT_TRUE(plan(8192, bf16, true, false, "sm_90a").regs);
+  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").regs);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_80").cluster, 1);
   EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
   EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);

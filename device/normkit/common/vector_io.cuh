@@ -23,6 +23,12 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
   for (int i = 0; i < VEC; ++i) out[i] = to_float(pk.v[i]);
 }
 
+// The raw vector, for kernels that keep data in registers in its storage dtype.
+template <int VEC, class T>
+__device__ __forceinline__ Packed<T, VEC> load_packed(const T* p) {
+  return *reinterpret_cast<const Packed<T, VEC>*>(p);
+}
+
 template <int VEC, class T>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Packed<T, VEC> pk;

@@ -11,11 +11,12 @@
 // in a fixed order: no float atomics anywhere, so dw/db are bitwise reproducible.
 // Rows in one CTA (ROWS > 1) are combined through shared memory in row order
 // before the partial is written, which keeps `parts` (and the final reduction)
-// small for short rows. Without REGS (rows too long for the register file) the
-// row kernel only produces dx, re-reading h and dout for its epilogue (from L2:
-// a cluster splits the row so that the CTAs' slices fit there), and
-// rmsnorm_bwd_param_kernel computes dw/db in a separate column-wise pass:
-// dw needs only rstd, not the row's dot product, so rows need not be revisited.
+// small for short rows. Long rows need their registers for the row itself: then
+// (ROW_SUMS false) the row kernel only produces dx, and rmsnorm_bwd_param_kernel
+// computes dw/db in a separate column-wise pass (dw needs only rstd, not the
+// row's dot product). Rows too long even for that (REGS false) are read twice,
+// the second time mostly from L2: a cluster splits the row so that the CTAs'
+// slices fit there.
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
@@ -66,13 +67,15 @@ __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const flo
   }
 }
 
-template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS>
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  // Without REGS the column sums come from rmsnorm_bwd_param_kernel instead.
-  constexpr bool DW = !is_none<W> && Cfg::REGS;
-  constexpr bool SUM_DB = DBIAS && Cfg::REGS;
+  // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
+  // registers go to the row itself) rmsnorm_bwd_param_kernel computes them.
+  constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
+  constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
+  constexpr int SUMS = (DW || SUM_DB) ? ACC : 1;
   __shared__ typename Cfg::Reduce reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
 
@@ -86,10 +89,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   float* dw_partial = DW ? p.dweight_partial + (part * heads + head) * Cfg::N : nullptr;
   float* db_partial = SUM_DB ? p.dbias_partial + (part * heads + head) * Cfg::N : nullptr;
 
-  float dw_acc[ACC][VEC], db_acc[ACC][VEC];
-  float xhat_r[ACC][VEC], g_r[ACC][VEC];
+  float dw_acc[SUMS][VEC], db_acc[SUMS][VEC];
+  // The row stays in registers in its storage dtype (half the registers of fp32
+  // for 16-bit data); xhat and g are recomputed from it in the epilogue.
+  Packed<X, VEC> h_r[ACC];
+  Packed<DY, VEC> dy_r[ACC];
 #pragma unroll
-  for (int k = 0; k < ACC; ++k)
+  for (int k = 0; k < SUMS; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dw_acc[k][i] = db_acc[k][i] = 0.f;
   for (long long base = part * Cfg::ROWS; base < rows_per_head; base += parts * Cfg::ROWS) {
@@ -100,16 +106,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     const X* h = row_ptr<X>(p.x, p.shape, r);
     const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
 
-    // xhat and g of vector k; dout comes back in `d` for the column sums.
-    auto load = [&](int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
-      const int col = t.column(k);
-      load_vec<VEC>(h + col, xh);
-      load_vec<VEC>(dy + col, d);
+    // xhat, g and dout of vector k from its stored values.
+    auto expand = [&](int col, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp, float (&xh)[VEC],
+                      float (&g)[VEC], float (&d)[VEC]) {
       float w[VEC];
       load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        xh[i] *= rstd;
+        d[i] = to_float(dp.v[i]);
+        xh[i] = to_float(hp.v[i]) * rstd;
         g[i] = d[i] * w[i];
       }
     };
@@ -117,15 +122,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     float dot = 0.f;
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
+      const int col = t.column(k);
+      const Packed<X, VEC> hp = load_packed<VEC>(h + col);
+      const Packed<DY, VEC> dp = load_packed<VEC>(dy + col);
       float xh[VEC], g[VEC], d[VEC];
-      load(k, xh, g, d);
+      expand(col, hp, dp, xh, g, d);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
       if constexpr (Cfg::REGS) {
+        h_r[k] = hp;
+        dy_r[k] = dp;
+      }
+      if constexpr (DW || SUM_DB) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          xhat_r[k][i] = xh[i];
-          g_r[k][i] = g[i];
           dw_acc[k][i] += d[i] * xh[i];
           db_acc[k][i] += d[i];
         }
@@ -139,16 +149,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     for_each_item<Cfg>([&](int k) {
       if (!t.owns(k)) return;
       const int col = t.column(k);
-      float xh[VEC], g[VEC];
+      float xh[VEC], g[VEC], d[VEC];
       if constexpr (Cfg::REGS) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          xh[i] = xhat_r[k][i];
-          g[i] = g_r[k][i];
-        }
+        expand(col, h_r[k], dy_r[k], xh, g, d);
       } else {
-        float d[VEC];
-        load(k, xh, g, d);
+        expand(col, load_packed<VEC>(h + col), load_packed<VEC>(dy + col), xh, g, d);
       }
       float dx[VEC];
 #pragma unroll
@@ -164,10 +169,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     });
   }
 
-  if constexpr (Cfg::REGS) {
-    if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
-    if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
-  }
+  if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+  if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
