@@ -41,11 +41,11 @@ def copy_gbps():
     return 2 * n * 2 / us / 1e3
 
 
-def shapes(quick):
+def shapes(quick, ns, ms):
     for dt in (["bf16"] if quick else list(DTYPES)):
         for weight in ["same", "none"]:
-            for m in MS:
-                for n in (NS[::3] if quick else NS):
+            for m in ms:
+                for n in (ns[::3] if quick else ns):
                     if m * n > MAX_ELEMS:
                         m_eff = MAX_ELEMS // n
                     else:
@@ -57,6 +57,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output folder for eager-comparison.json / .md")
     ap.add_argument("--quick", action="store_true", help="bf16 and every third N only")
+    ap.add_argument("--n", default=",".join(map(str, NS)), help="comma-separated N values (default: the test grid's)")
+    ap.add_argument("--m", default=",".join(map(str, MS)), help="comma-separated M values (default: 1,199,8192)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -65,7 +67,9 @@ def main():
     torch.manual_seed(0)
     copy = copy_gbps()
     rows, seen = [], set()
-    for dt, weight, m, n in shapes(args.quick):
+    ns = [int(v) for v in args.n.split(",")]
+    ms = [int(v) for v in args.m.split(",")]
+    for dt, weight, m, n in shapes(args.quick, ns, ms):
         if (dt, weight, m, n) in seen:
             continue
         seen.add((dt, weight, m, n))

@@ -82,7 +82,13 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   }
   if (tpr > tpr_max) {
     const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
-    if (in.arch >= 90 && cluster <= 8) {
+    // Backward register-resident rows run one 512-thread CTA per SM, which waits
+    // on every row's cluster-wide reduction. Measured on H200 against eager
+    // PyTorch (docs/perf/rmsnorm-vs-eager-h200.md): 2-CTA clusters kept up (bf16
+    // N=32768: 1.01x), 4 and 8 did not (fp32 N=32768: 0.58x, bf16 N=131072:
+    // 0.59x), where the two-pass kernel reached 0.82-0.97x.
+    const std::int64_t max_cluster = in.backward ? 2 : 8;
+    if (in.arch >= 90 && cluster <= max_cluster) {
       p.cluster = static_cast<int>(cluster);
     } else {
       // Two passes over the row. A cluster (where there is one) splits the row

@@ -137,13 +137,14 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
   // Backward: short rows keep dw/db sums in the row kernel; longer rows give
-  // their registers to the row (column pass for dw/db), clustered on sm_90+;
-  // rows too long for an 8-CTA cluster are two-pass.
+  // their registers to the row (column pass for dw/db), in a 2-CTA cluster at
+  // most; longer still are two-pass.
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
   EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").row_sums);
   EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a").regs);
-  EXPECT_TRUE(plan(131072, bf16, true, false, "sm_90a").regs);
-  EXPECT_EQ(plan(131072, bf16, true, false, "sm_90a").cluster, 8);
+  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a").cluster, 2);
+  EXPECT_FALSE(plan(131072, bf16, true, false, "sm_90a").regs);
+  EXPECT_FALSE(plan(32768, f32, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 8);
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").regs);
