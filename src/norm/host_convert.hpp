@@ -1,5 +1,6 @@
-// Host-side conversions between fp16 / bf16 bit patterns and float, and typed
-// row load/store for the CPU fallback and tests.
+// Host-side conversions between fp16 / bf16 bit patterns and float (and, for the
+// CPU-only fp64 dtype, double), and typed row load/store for the CPU fallback and
+// tests.
 //
 // Invariants (the CPU fallback must round exactly as the GPU's __float2half_rn /
 // __float2bfloat16_rn do, or CPU and GPU results would differ by an ulp):
@@ -9,6 +10,9 @@
 //  - NaN stays NaN (quiet, sign kept, top payload bits kept); +-inf stay +-inf;
 //    -0 stays -0.
 //  - fp16 / bf16 -> float is exact (every value is representable in float).
+//  - double -> fp32 / fp16 / bf16 rounds once, to nearest even, straight from the
+//    double (never double -> float -> 16 bits, which can round twice); float ->
+//    double is exact.
 // Nothing here depends on the host's floating-point environment (rounding mode,
 // FTZ/DAZ): all rounding is done on the integer bit patterns.
 #pragma once
@@ -74,7 +78,57 @@ inline std::uint16_t float_to_bf16_bits(float f) {
   return static_cast<std::uint16_t>((x + bias) >> 16);
 }
 
+// double -> float on the bit patterns, like the 16-bit encoders above.
+//  - kNearestEven: the float nearest to d, ties to even; past FLT_MAX's rounding
+//    range -> +-inf; float subnormals are produced, never flushed.
+//  - kOdd: truncate toward zero, then set the last bit when anything nonzero was
+//    dropped ("round to odd"). Not a rounding anyone wants as a result: it is the
+//    intermediate of double -> fp16 / bf16. A float keeps at least 13 more bits
+//    than either, and an odd last bit marks "strictly between two floats", so
+//    rounding that float to nearest even gives exactly the double's own
+//    nearest-even 16-bit value; a plain float intermediate could round twice.
+//    Beyond the float range it saturates to +-FLT_MAX (odd), which every 16-bit
+//    encoder takes to +-inf, as the double itself would round.
+// NaN stays NaN (quiet, sign and top payload bits kept); +-inf and -0 are kept.
+enum class Narrow { kNearestEven, kOdd };
+
+inline float double_to_float(double d, Narrow mode = Narrow::kNearestEven) {
+  const std::uint64_t x = std::bit_cast<std::uint64_t>(d);
+  const std::uint32_t sign = static_cast<std::uint32_t>(x >> 32) & 0x80000000u;
+  const std::uint64_t a = x & 0x7fffffffffffffffull;
+  if (a >= 0x7ff0000000000000ull) {
+    if (a == 0x7ff0000000000000ull) return std::bit_cast<float>(sign | 0x7f800000u);
+    return std::bit_cast<float>(sign | 0x7fc00000u | static_cast<std::uint32_t>((a >> 29) & 0x7fffffu));
+  }
+  const bool odd = mode == Narrow::kOdd;
+  const int e = static_cast<int>(a >> 52);  // biased double exponent; 0: zero or subnormal
+  const std::uint64_t m = (a & 0xfffffffffffffull) | (e != 0 ? 0x10000000000000ull : 0);  // 53-bit significand
+  const int fe = e - 1023 + 127;  // biased float exponent before rounding
+  if (fe >= 255) return std::bit_cast<float>(sign | (odd ? 0x7f7fffffu : 0x7f800000u));
+  // Float normal: keep 24 of the 53 bits. Float subnormal: value = q * 2^-149, so
+  // more bits go; a double subnormal (e == 0) lies far below that grid.
+  const int shift = fe >= 1 ? 29 : 30 - fe;
+  if (shift >= 54) return std::bit_cast<float>(sign | (odd && m != 0 ? 1u : 0u));  // below half the smallest step
+  std::uint32_t f = static_cast<std::uint32_t>(m >> shift);
+  if (fe >= 1) f = (static_cast<std::uint32_t>(fe) << 23) | (f & 0x7fffffu);
+  const std::uint64_t rem = m & ((std::uint64_t{1} << shift) - 1);
+  if (odd) {
+    if (rem != 0) f |= 1u;
+  } else {
+    // A carry out of the mantissa bumps the exponent, which is the correct result,
+    // up to FLT_MAX -> inf and largest subnormal -> smallest normal.
+    const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+    if (rem > half || (rem == half && (f & 1u))) ++f;
+  }
+  return std::bit_cast<float>(sign | f);
+}
+
+inline std::uint16_t double_to_half_bits(double d) { return float_to_half_bits(double_to_float(d, Narrow::kOdd)); }
+inline std::uint16_t double_to_bf16_bits(double d) { return float_to_bf16_bits(double_to_float(d, Narrow::kOdd)); }
+
 // Element `i` of `base` read as `t`. Pointer arithmetic is in elements of `t`.
+// fp64 data is rounded to the nearest float (the fp32 compute path never sees it:
+// a call with any fp64 tensor computes in double).
 inline float load_elem(const void* base, DType t, std::int64_t i) {
   switch (t) {
     case DType::kFloat16: {
@@ -87,11 +141,24 @@ inline float load_elem(const void* base, DType t, std::int64_t i) {
       std::memcpy(&v, static_cast<const std::uint16_t*>(base) + i, 2);
       return bf16_bits_to_float(v);
     }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, static_cast<const double*>(base) + i, 8);
+      return double_to_float(v);
+    }
     case DType::kFloat32:
       break;
   }
   float v;
   std::memcpy(&v, static_cast<const float*>(base) + i, 4);
+  return v;
+}
+
+// Element `i` as a double: exact for every dtype.
+inline double load_elem_f64(const void* base, DType t, std::int64_t i) {
+  if (t != DType::kFloat64) return load_elem(base, t, i);
+  double v;
+  std::memcpy(&v, static_cast<const double*>(base) + i, 8);
   return v;
 }
 
@@ -107,10 +174,39 @@ inline void store_elem(void* base, DType t, std::int64_t i, float v) {
       std::memcpy(static_cast<std::uint16_t*>(base) + i, &b, 2);
       return;
     }
+    case DType::kFloat64: {
+      const double d = v;
+      std::memcpy(static_cast<double*>(base) + i, &d, 8);
+      return;
+    }
     case DType::kFloat32:
       break;
   }
   std::memcpy(static_cast<float*>(base) + i, &v, 4);
+}
+
+// Stores a double, rounded once to `t` (see double_to_float).
+inline void store_elem_f64(void* base, DType t, std::int64_t i, double v) {
+  switch (t) {
+    case DType::kFloat16: {
+      const std::uint16_t b = double_to_half_bits(v);
+      std::memcpy(static_cast<std::uint16_t*>(base) + i, &b, 2);
+      return;
+    }
+    case DType::kBFloat16: {
+      const std::uint16_t b = double_to_bf16_bits(v);
+      std::memcpy(static_cast<std::uint16_t*>(base) + i, &b, 2);
+      return;
+    }
+    case DType::kFloat32: {
+      const float f = double_to_float(v);
+      std::memcpy(static_cast<float*>(base) + i, &f, 4);
+      return;
+    }
+    case DType::kFloat64:
+      break;
+  }
+  std::memcpy(static_cast<double*>(base) + i, &v, 8);
 }
 
 // n contiguous elements starting at element `offset`; the dtype switch sits
@@ -133,6 +229,15 @@ inline void load_row(const void* base, DType t, std::int64_t offset, std::int64_
         std::uint16_t v;
         std::memcpy(&v, p + i, 2);
         dst[i] = bf16_bits_to_float(v);
+      }
+      return;
+    }
+    case DType::kFloat64: {
+      const auto* p = static_cast<const double*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, p + i, 8);
+        dst[i] = double_to_float(v);
       }
       return;
     }
@@ -160,10 +265,63 @@ inline void store_row(void* base, DType t, std::int64_t offset, std::int64_t n, 
       }
       return;
     }
+    case DType::kFloat64: {
+      auto* p = static_cast<double*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double d = src[i];
+        std::memcpy(p + i, &d, 8);
+      }
+      return;
+    }
     case DType::kFloat32:
       break;
   }
   std::memcpy(static_cast<float*>(base) + offset, src, static_cast<std::size_t>(n) * 4);
+}
+
+// The same for the double compute path: loads are exact for every dtype, stores
+// round once (store_elem_f64).
+inline void load_row(const void* base, DType t, std::int64_t offset, std::int64_t n, double* dst) {
+  switch (t) {
+    case DType::kFloat16: {
+      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t v;
+        std::memcpy(&v, p + i, 2);
+        dst[i] = half_bits_to_float(v);
+      }
+      return;
+    }
+    case DType::kBFloat16: {
+      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t v;
+        std::memcpy(&v, p + i, 2);
+        dst[i] = bf16_bits_to_float(v);
+      }
+      return;
+    }
+    case DType::kFloat32: {
+      const auto* p = static_cast<const float*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) {
+        float v;
+        std::memcpy(&v, p + i, 4);
+        dst[i] = v;
+      }
+      return;
+    }
+    case DType::kFloat64:
+      break;
+  }
+  std::memcpy(dst, static_cast<const double*>(base) + offset, static_cast<std::size_t>(n) * 8);
+}
+
+inline void store_row(void* base, DType t, std::int64_t offset, std::int64_t n, const double* src) {
+  if (t == DType::kFloat64) {
+    std::memcpy(static_cast<double*>(base) + offset, src, static_cast<std::size_t>(n) * 8);
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) store_elem_f64(base, t, offset + i, src[i]);
 }
 
 }  // namespace normkit::norm::detail

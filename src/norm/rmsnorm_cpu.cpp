@@ -1,14 +1,23 @@
 // CPU fallback of RMSNorm: the GPU's semantics on host memory (formulas in
-// rmsnorm.hpp), fp32 accumulation everywhere, rows spread over std::threads.
+// rmsnorm.hpp), rows spread over std::threads.
 //
-// Each row is read completely into fp32 scratch before any of its outputs is
-// stored, so exact aliasing (out == x, residual_out == residual, dx == dout) is
-// safe, as it is on the GPU.
+// Compute type: fp32 everywhere, as on the GPU, unless some tensor of the call is
+// fp64 (a CPU-only dtype, there for float64 verification such as gradcheck): then
+// every step, loads, sums and the dw/db reduction included, is done in double, so
+// that the result is as accurate as the fp64 data asks for and not limited by an
+// fp32 intermediate. Only rstd stays fp32, because the API stores it as fp32. The
+// row math is one template over the compute type (T below); the fp32
+// instantiation is the original code, operation for operation.
 //
-// Determinism: dweight/dbias are summed per fixed block of rows into fp32
-// partials, and the partials are summed in block order. The blocks depend only on
-// the shape, never on the thread count or on which thread ran which block, so the
-// result is bitwise identical for any number of threads.
+// Each row is read completely into scratch of the compute type before any of its
+// outputs is stored, so exact aliasing (out == x, residual_out == residual,
+// dx == dout) is safe, as it is on the GPU.
+//
+// Determinism: dweight/dbias are summed per fixed block of rows into partials of
+// the compute type, and the partials are summed in block order. The blocks depend
+// only on the shape (and the compute type), never on the thread count or on which
+// thread ran which block, so the result is bitwise identical for any number of
+// threads.
 #include "rmsnorm_cpu.hpp"
 
 #include <algorithm>
@@ -38,7 +47,8 @@ constexpr int kMaxThreads = 32;
 constexpr std::int64_t kMinElemsPerThread = std::int64_t{1} << 15;
 // Rows are handed out in blocks of about this many elements.
 constexpr std::int64_t kElemsPerBlock = std::int64_t{1} << 14;
-// Bound on the fp32 dW/dB partials, which take blocks * heads * n floats each.
+// Bound on the dW/dB partials, which take blocks * heads * n values of the
+// compute type each.
 constexpr std::int64_t kPartialBudgetBytes = std::int64_t{64} << 20;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -92,11 +102,32 @@ void run_parallel(std::int64_t blocks, int threads, const Work& work) {
   if (error) std::rethrow_exception(error);
 }
 
-// Eight independent fp32 lanes, combined pairwise: a shorter dependency chain and
-// smaller rounding error than one running sum, still plain fp32 like the GPU.
-template <class Term>
-float lane_sum(std::int64_t n, const Term& term) {
-  float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+// Whether a call computes in double (see the file comment): any fp64 tensor. A
+// single fp64 tensor among fp32 ones is still computed in double rather than
+// rounded to fp32 on the way in, which would silently lose what it carries.
+bool is_f64(const Rows& t) { return t.present() && t.dtype == DType::kFloat64; }
+bool is_f64(const Param& p) { return p.present() && p.dtype == DType::kFloat64; }
+
+bool computes_in_double(const RmsNormFwdArgs& a) {
+  return is_f64(a.x) || is_f64(a.residual) || is_f64(a.out) || is_f64(a.residual_out) || is_f64(a.weight) ||
+         is_f64(a.bias);
+}
+
+bool computes_in_double(const RmsNormBwdArgs& a) {
+  return is_f64(a.x) || is_f64(a.dout) || is_f64(a.dresidual_out) || is_f64(a.dx) || is_f64(a.dresidual) ||
+         is_f64(a.weight) || is_f64(a.dbias);
+}
+
+// rstd is fp32 in the API whatever the compute type.
+float rstd_out(float v) { return v; }
+float rstd_out(double v) { return double_to_float(v); }
+
+// Eight independent lanes, combined pairwise: a shorter dependency chain and
+// smaller rounding error than one running sum, still plain fp32 like the GPU on
+// the fp32 path.
+template <class T, class Term>
+T lane_sum(std::int64_t n, const Term& term) {
+  T lanes[8] = {T(0), T(0), T(0), T(0), T(0), T(0), T(0), T(0)};
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) lanes[k] += term(i + k);
@@ -104,56 +135,61 @@ float lane_sum(std::int64_t n, const Term& term) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-// A (heads, n) parameter in fp32, with the offset folded in once rather than
-// converted again for every row.
-std::vector<float> load_param(const void* data, DType dtype, std::int64_t count, float offset) {
-  std::vector<float> v(static_cast<std::size_t>(count));
+// A (heads, n) parameter in the compute type, with the offset folded in once
+// rather than converted again for every row.
+template <class T>
+std::vector<T> load_param(const void* data, DType dtype, std::int64_t count, float offset) {
+  std::vector<T> v(static_cast<std::size_t>(count));
   load_row(data, dtype, 0, count, v.data());
   if (offset != 0.f)
-    for (float& w : v) w += offset;
+    for (T& w : v) w += static_cast<T>(offset);
   return v;
 }
 
 std::int64_t fwd_block_rows(std::int64_t n) { return std::max<std::int64_t>(1, kElemsPerBlock / n); }
 
-// Rows per dW/dB block: a function of the shape only (see the file comment). A
+// Rows per dW/dB block: a function of the shape and of the compute type's size
+// (value_bytes, which the partial budget counts), never of the threads. A
 // multiple of heads, so that every block touches every head equally and the
 // partials cost no more than the rows they summarize.
-std::int64_t bwd_block_rows(const RowShape& s, std::int64_t heads, int accumulators) {
+std::int64_t bwd_block_rows(const RowShape& s, std::int64_t heads, int accumulators, std::int64_t value_bytes) {
   std::int64_t blocks = std::max<std::int64_t>(1, ceil_div(s.rows * s.n, kElemsPerBlock));
   if (accumulators > 0) {
-    const std::int64_t per_block = heads * s.n * accumulators * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t per_block = heads * s.n * accumulators * value_bytes;
     blocks = std::min(blocks, std::max<std::int64_t>(1, kPartialBudgetBytes / per_block));
   }
   const std::int64_t rows = ceil_div(s.rows, blocks);
   return ceil_div(rows, heads) * heads;
 }
 
+template <class T>
 struct Partials {
-  std::unique_ptr<float[]> data;  // blocks x heads x n, each block zeroed by the thread that owns it
-  std::int64_t stride = 0;        // heads * n
-  float* block(std::int64_t b) { return data.get() + b * stride; }
+  std::unique_ptr<T[]> data;  // blocks x heads x n, each block zeroed by the thread that owns it
+  std::int64_t stride = 0;    // heads * n
+  T* block(std::int64_t b) { return data.get() + b * stride; }
 };
 
-Partials make_partials(bool wanted, std::int64_t blocks, std::int64_t heads, std::int64_t n) {
-  Partials p;
+template <class T>
+Partials<T> make_partials(bool wanted, std::int64_t blocks, std::int64_t heads, std::int64_t n) {
+  Partials<T> p;
   if (!wanted) return p;
   p.stride = heads * n;
-  p.data.reset(new float[static_cast<std::size_t>(blocks * p.stride)]);
+  p.data.reset(new T[static_cast<std::size_t>(blocks * p.stride)]);
   return p;
 }
 
 // Sums the partials of every block, in block order, and stores (heads, n) values.
-void reduce_partials(Partials& p, std::int64_t blocks, void* dst, DType dtype) {
+template <class T>
+void reduce_partials(Partials<T>& p, std::int64_t blocks, void* dst, DType dtype) {
   constexpr std::int64_t kChunk = 1024;
   const std::int64_t chunks = ceil_div(p.stride, kChunk);
   run_parallel(chunks, choose_threads(chunks, blocks * p.stride), [&](const auto& claim) {
-    float acc[kChunk];
+    T acc[kChunk];
     for (std::int64_t c = claim(); c >= 0; c = claim()) {
       const std::int64_t c0 = c * kChunk, len = std::min(kChunk, p.stride - c0);
-      std::fill(acc, acc + len, 0.f);
+      std::fill(acc, acc + len, T(0));
       for (std::int64_t b = 0; b < blocks; ++b) {
-        const float* src = p.block(b) + c0;
+        const T* src = p.block(b) + c0;
         for (std::int64_t i = 0; i < len; ++i) acc[i] += src[i];
       }
       store_row(dst, dtype, c0, len, acc);
@@ -161,20 +197,15 @@ void reduce_partials(Partials& p, std::int64_t blocks, void* dst, DType dtype) {
   });
 }
 
-}  // namespace
-
-void set_cpu_threads_for_testing(int threads) {
-  g_forced_threads.store(std::max(0, threads), std::memory_order_relaxed);
-}
-
-void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
+// Rows > 0 (the caller handles the empty batch); T is the compute type.
+template <class T>
+void fwd_rows(const RmsNormFwdArgs& a) {
   const RowShape& s = a.shape;
   const std::int64_t n = s.n, heads = a.heads;
-  if (s.rows == 0) return;
-  const std::vector<float> w =
-      a.weight.present() ? load_param(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<float>{};
-  const std::vector<float> bias =
-      a.bias.present() ? load_param(a.bias.data, a.bias.dtype, heads * n, 0.f) : std::vector<float>{};
+  const std::vector<T> w =
+      a.weight.present() ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<T>{};
+  const std::vector<T> bias =
+      a.bias.present() ? load_param<T>(a.bias.data, a.bias.dtype, heads * n, 0.f) : std::vector<T>{};
   // Rows carries a const pointer for inputs and outputs alike; outputs are
   // writable by the API's contract.
   void* out = const_cast<void*>(a.out.data);
@@ -183,7 +214,7 @@ void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
   const std::int64_t block_rows = fwd_block_rows(n);
   const std::int64_t blocks = ceil_div(s.rows, block_rows);
   run_parallel(blocks, choose_threads(blocks, s.rows * n), [&](const auto& claim) {
-    std::vector<float> h(static_cast<std::size_t>(n)), tmp(static_cast<std::size_t>(n));
+    std::vector<T> h(static_cast<std::size_t>(n)), tmp(static_cast<std::size_t>(n));
     for (std::int64_t b = claim(); b >= 0; b = claim()) {
       const std::int64_t r_end = std::min(s.rows, (b + 1) * block_rows);
       for (std::int64_t r = b * block_rows; r < r_end; ++r) {
@@ -192,15 +223,15 @@ void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
           load_row(a.residual.data, a.residual.dtype, row_offset(a.residual, s, r), n, tmp.data());
           for (std::int64_t i = 0; i < n; ++i) h[i] += tmp[i];
         }
-        const float sumsq = lane_sum(n, [&](std::int64_t i) { return h[i] * h[i]; });
-        const float rstd = 1.f / std::sqrt(sumsq / static_cast<float>(n) + a.eps);
+        const T sumsq = lane_sum<T>(n, [&](std::int64_t i) { return h[i] * h[i]; });
+        const T rstd = T(1) / std::sqrt(sumsq / static_cast<T>(n) + static_cast<T>(a.eps));
         const std::int64_t p = (r % heads) * n;
         for (std::int64_t i = 0; i < n; ++i) tmp[i] = h[i] * rstd;
         if (!w.empty())
           for (std::int64_t i = 0; i < n; ++i) tmp[i] *= w[p + i];
         if (!bias.empty())
           for (std::int64_t i = 0; i < n; ++i) tmp[i] += bias[p + i];
-        if (a.rstd != nullptr) a.rstd[r] = rstd;
+        if (a.rstd != nullptr) a.rstd[r] = rstd_out(rstd);
         // Without a residual h is x itself: prenorm without a residual stores x.
         if (residual_out != nullptr)
           store_row(residual_out, a.residual_out.dtype, row_offset(a.residual_out, s, r), n, h.data());
@@ -210,39 +241,35 @@ void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
   });
 }
 
-void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
+// Rows > 0 (the caller handles the empty batch).
+template <class T>
+void bwd_rows(const RmsNormBwdArgs& a) {
   const RowShape& s = a.shape;
   const std::int64_t n = s.n, heads = a.heads;
   const bool want_dw = a.weight.present(), want_db = a.dbias.present();
   void* dbias = const_cast<void*>(a.dbias.data);
-  if (s.rows == 0) {
-    // A sum over no rows is zero; dweight/dbias are not empty tensors.
-    const std::vector<float> zeros(static_cast<std::size_t>(heads * n), 0.f);
-    if (want_dw) store_row(a.dweight, a.weight.dtype, 0, heads * n, zeros.data());
-    if (want_db) store_row(dbias, a.dbias.dtype, 0, heads * n, zeros.data());
-    return;
-  }
-  const std::vector<float> w =
-      want_dw ? load_param(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<float>{};
+  const std::vector<T> w =
+      want_dw ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<T>{};
   void* dx = const_cast<void*>(a.dx.data);
   void* dresidual = const_cast<void*>(a.dresidual.data);
 
-  const std::int64_t block_rows = bwd_block_rows(s, heads, int{want_dw} + int{want_db});
+  const std::int64_t block_rows =
+      bwd_block_rows(s, heads, int{want_dw} + int{want_db}, static_cast<std::int64_t>(sizeof(T)));
   const std::int64_t blocks = ceil_div(s.rows, block_rows);
-  Partials pdw = make_partials(want_dw, blocks, heads, n);
-  Partials pdb = make_partials(want_db, blocks, heads, n);
+  Partials<T> pdw = make_partials<T>(want_dw, blocks, heads, n);
+  Partials<T> pdb = make_partials<T>(want_db, blocks, heads, n);
 
   run_parallel(blocks, choose_threads(blocks, s.rows * n), [&](const auto& claim) {
     const auto nn = static_cast<std::size_t>(n);
-    std::vector<float> xhat(nn), dy(nn), g(nn), tmp(nn);
+    std::vector<T> xhat(nn), dy(nn), g(nn), tmp(nn);
     for (std::int64_t b = claim(); b >= 0; b = claim()) {
-      float* bdw = want_dw ? pdw.block(b) : nullptr;
-      float* bdb = want_db ? pdb.block(b) : nullptr;
-      if (bdw) std::fill(bdw, bdw + heads * n, 0.f);
-      if (bdb) std::fill(bdb, bdb + heads * n, 0.f);
+      T* bdw = want_dw ? pdw.block(b) : nullptr;
+      T* bdb = want_db ? pdb.block(b) : nullptr;
+      if (bdw) std::fill(bdw, bdw + heads * n, T(0));
+      if (bdb) std::fill(bdb, bdb + heads * n, T(0));
       const std::int64_t r_end = std::min(s.rows, (b + 1) * block_rows);
       for (std::int64_t r = b * block_rows; r < r_end; ++r) {
-        const float rstd = a.rstd[r];
+        const T rstd = a.rstd[r];
         const std::int64_t p = (r % heads) * n;
         load_row(a.x.data, a.x.dtype, row_offset(a.x, s, r), n, xhat.data());
         load_row(a.dout.data, a.dout.dtype, row_offset(a.dout, s, r), n, dy.data());
@@ -251,7 +278,7 @@ void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
           for (std::int64_t i = 0; i < n; ++i) g[i] = dy[i] * w[p + i];
         else
           std::copy(dy.begin(), dy.end(), g.begin());
-        const float mean_gx = lane_sum(n, [&](std::int64_t i) { return g[i] * xhat[i]; }) / static_cast<float>(n);
+        const T mean_gx = lane_sum<T>(n, [&](std::int64_t i) { return g[i] * xhat[i]; }) / static_cast<T>(n);
         for (std::int64_t i = 0; i < n; ++i) g[i] = rstd * (g[i] - xhat[i] * mean_gx);
         if (a.dresidual_out.present()) {
           load_row(a.dresidual_out.data, a.dresidual_out.dtype, row_offset(a.dresidual_out, s, r), n, tmp.data());
@@ -268,6 +295,35 @@ void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
   });
   if (want_dw) reduce_partials(pdw, blocks, a.dweight, a.weight.dtype);
   if (want_db) reduce_partials(pdb, blocks, dbias, a.dbias.dtype);
+}
+
+}  // namespace
+
+void set_cpu_threads_for_testing(int threads) {
+  g_forced_threads.store(std::max(0, threads), std::memory_order_relaxed);
+}
+
+void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
+  if (a.shape.rows == 0) return;
+  if (computes_in_double(a))
+    fwd_rows<double>(a);
+  else
+    fwd_rows<float>(a);
+}
+
+void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
+  if (a.shape.rows == 0) {
+    // A sum over no rows is zero; dweight/dbias are not empty tensors.
+    const std::int64_t count = a.heads * a.shape.n;
+    const std::vector<float> zeros(static_cast<std::size_t>(count), 0.f);
+    if (a.weight.present()) store_row(a.dweight, a.weight.dtype, 0, count, zeros.data());
+    if (a.dbias.present()) store_row(const_cast<void*>(a.dbias.data), a.dbias.dtype, 0, count, zeros.data());
+    return;
+  }
+  if (computes_in_double(a))
+    bwd_rows<double>(a);
+  else
+    bwd_rows<float>(a);
 }
 
 }  // namespace normkit::norm::detail

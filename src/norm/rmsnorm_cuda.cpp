@@ -72,6 +72,7 @@ struct FwdKernel {
 }  // namespace
 
 void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
+  reject_fp64_on_gpu(a);
   if (a.shape.rows == 0) return;
   rt::Runtime& runtime = rt::Runtime::instance();
   VecLimit limit{a.shape};
@@ -221,11 +222,13 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
 }  // namespace
 
 std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, int device) {
+  reject_fp64_on_gpu(a, "rmsnorm_bwd_workspace_bytes");
   if (a.shape.rows == 0 || (!a.weight.present() && !a.dbias.present())) return 0;
   return plan_backward(a, device, /*load=*/false).workspace;
 }
 
 void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
+  reject_fp64_on_gpu(a);
   const bool param_grads = a.weight.present() || a.dbias.present();
   // With no rows the sums are zero: dweight/dbias are still written (by the
   // reduction over zero parts), dx has nothing to hold.

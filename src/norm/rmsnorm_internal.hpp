@@ -28,9 +28,17 @@ inline std::int64_t row_offset(const Rows& t, const RowShape& s, std::int64_t r)
   return (r / s.rows_inner) * t.stride_outer + (r % s.rows_inner) * t.stride_inner;
 }
 
-// Host data, synchronous, multithreaded, fp32 accumulation; args already checked.
+// Host data, synchronous, multithreaded; args already checked. fp32 accumulation,
+// or double throughout when any tensor of the call is fp64 (CPU-only dtype).
 void rmsnorm_fwd_cpu(const RmsNormFwdArgs& args);
 void rmsnorm_bwd_cpu(const RmsNormBwdArgs& args);
+
+// Throws normkit::Error naming the first fp64 tensor of the call: the GPU kernels
+// exist for fp16, bf16 and fp32 only. Called first by each CUDA entry point below
+// (checked() accepts fp64, which the CPU fallback takes). `op` names the public
+// function in the message.
+void reject_fp64_on_gpu(const RmsNormFwdArgs& args);
+void reject_fp64_on_gpu(const RmsNormBwdArgs& args, const char* op = "rmsnorm_bwd");
 
 // Device data on CUDA ordinal `device`, asynchronous on args.stream; args checked.
 void rmsnorm_fwd_cuda(const RmsNormFwdArgs& args, int device);

@@ -3,6 +3,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "normkit/runtime/error.hpp"
+
 namespace normkit::embedded {
 void register_norm_device_headers();  // generated from device/ at build time
 }
@@ -16,6 +18,11 @@ const char* device_type(std::optional<DType> t) {
     case DType::kFloat16: return "nk::f16";
     case DType::kBFloat16: return "nk::bf16";
     case DType::kFloat32: return "float";
+    case DType::kFloat64:
+      // The CUDA entry points reject fp64 before planning; precompiling an fp64
+      // variant (C++ API) ends up here.
+      NK_THROW("rmsnorm kernels: there is no GPU kernel for fp64; float64 runs only on the CPU fallback "
+               "(the GPU kernels take fp16, bf16 and fp32)");
   }
   return "nk::none";
 }

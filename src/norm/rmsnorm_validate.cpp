@@ -4,6 +4,7 @@
 // 'shape.rows_inner', 'weight_offset') because that is what they must fix.
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 #include "normkit/runtime/error.hpp"
@@ -12,11 +13,28 @@
 namespace normkit::norm::detail {
 namespace {
 
-bool valid_dtype(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32; }
+// fp64 is valid here: this validation is shared by every path, and the CPU
+// fallback takes it. The GPU path rejects it separately (reject_fp64_on_gpu).
+bool valid_dtype(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+}
 
 void check_dtype(const char* op, const char* name, DType t) {
   NK_CHECK(valid_dtype(t), op, ": argument '", name, "': invalid dtype value ", static_cast<int>(t),
-           " (expected fp16, bf16 or fp32)");
+           " (expected fp16, bf16, fp32 or fp64)");
+}
+
+// Named tensors of one call, for the GPU's fp64 check.
+struct Named {
+  const char* name;
+  bool present;
+  DType dtype;
+};
+
+void reject_fp64(const char* op, std::initializer_list<Named> tensors) {
+  for (const Named& t : tensors)
+    NK_CHECK(!t.present || t.dtype != DType::kFloat64, op, ": argument '", t.name,
+             "' is fp64; float64 runs only on the CPU fallback (the GPU kernels take fp16, bf16 and fp32)");
 }
 
 RowShape resolve_shape(const char* op, RowShape s) {
@@ -89,6 +107,25 @@ void check_weight_offset(const char* op, float offset, bool has_weight) {
 }
 
 }  // namespace
+
+void reject_fp64_on_gpu(const RmsNormFwdArgs& a) {
+  reject_fp64("rmsnorm_fwd", {{"x", a.x.present(), a.x.dtype},
+                              {"residual", a.residual.present(), a.residual.dtype},
+                              {"out", a.out.present(), a.out.dtype},
+                              {"residual_out", a.residual_out.present(), a.residual_out.dtype},
+                              {"weight", a.weight.present(), a.weight.dtype},
+                              {"bias", a.bias.present(), a.bias.dtype}});
+}
+
+void reject_fp64_on_gpu(const RmsNormBwdArgs& a, const char* op) {
+  reject_fp64(op, {{"x", a.x.present(), a.x.dtype},
+                   {"dout", a.dout.present(), a.dout.dtype},
+                   {"dresidual_out", a.dresidual_out.present(), a.dresidual_out.dtype},
+                   {"dx", a.dx.present(), a.dx.dtype},
+                   {"dresidual", a.dresidual.present(), a.dresidual.dtype},
+                   {"weight", a.weight.present(), a.weight.dtype},
+                   {"dbias", a.dbias.present(), a.dbias.dtype}});
+}
 
 RmsNormFwdArgs checked(const RmsNormFwdArgs& args) {
   constexpr const char* op = "rmsnorm_fwd";

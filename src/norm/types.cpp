@@ -14,6 +14,8 @@ std::size_t dtype_size(DType t) {
       return 2;
     case DType::kFloat32:
       return 4;
+    case DType::kFloat64:
+      return 8;
   }
   // A DType cast from an out-of-range integer (a front end's bug): fail loudly
   // rather than hand back a size that would turn into a wrong memory access.
@@ -28,6 +30,8 @@ const char* dtype_name(DType t) {
       return "bf16";
     case DType::kFloat32:
       return "fp32";
+    case DType::kFloat64:
+      return "fp64";
   }
   // Used inside error messages, so this must not throw.
   return "invalid-dtype";
@@ -40,6 +44,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (s == "fp16" || s == "float16" || s == "half" || s == "f16") return DType::kFloat16;
   if (s == "bf16" || s == "bfloat16") return DType::kBFloat16;
   if (s == "fp32" || s == "float32" || s == "float" || s == "f32") return DType::kFloat32;
+  if (s == "fp64" || s == "float64" || s == "double" || s == "f64") return DType::kFloat64;
   return std::nullopt;
 }
 

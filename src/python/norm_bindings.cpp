@@ -27,9 +27,22 @@ namespace nn = normkit::norm;
 
 using Address = std::uintptr_t;
 
+// Dtype of a tensor handed to an operator call. fp64 is accepted: the operator
+// runs it on the CPU fallback and rejects it, naming the argument, on a GPU.
 nn::DType dtype_arg(const char* name, const char* what) {
   if (auto t = nn::parse_dtype(name)) return *t;
-  throw nb::value_error((std::string(what) + ": unsupported dtype '" + name + "' (expected fp16, bf16 or fp32)").c_str());
+  throw nb::value_error(
+      (std::string(what) + ": unsupported dtype '" + name + "' (expected fp16, bf16, fp32 or fp64)").c_str());
+}
+
+// Dtype of a GPU kernel (precompilation and its CLI): fp64 has no kernel, so it
+// is refused here, before anything is planned or compiled.
+nn::DType kernel_dtype_arg(const char* name, const char* what) {
+  const std::optional<nn::DType> t = nn::parse_dtype(name);
+  if (t && *t != nn::DType::kFloat64) return *t;
+  const std::string why = t ? "; fp64 runs only on the CPU fallback and has no GPU kernel" : "";
+  throw nb::value_error(
+      (std::string(what) + ": unsupported dtype '" + name + "' (expected fp16, bf16 or fp32" + why + ")").c_str());
 }
 
 // An absent optional tensor is address 0; its dtype name is then not looked at,
@@ -89,7 +102,7 @@ nn::RmsNormBwdArgs bwd_args(std::int64_t rows, std::int64_t n, std::int64_t rows
 
 std::optional<nn::DType> optional_dtype(const std::optional<std::string>& name, const char* what) {
   if (!name || name->empty() || *name == "none") return std::nullopt;
-  return dtype_arg(name->c_str(), what);
+  return kernel_dtype_arg(name->c_str(), what);
 }
 
 nn::RmsNormVariant variant_arg(bool backward, std::int64_t n, const std::string& x,
@@ -101,7 +114,7 @@ nn::RmsNormVariant variant_arg(bool backward, std::int64_t n, const std::string&
   nn::RmsNormVariant v;
   v.backward = backward;
   v.n = n;
-  v.x = dtype_arg(x.c_str(), "x");
+  v.x = kernel_dtype_arg(x.c_str(), "x");
   v.weight = optional_dtype(weight, "weight");
   v.bias = optional_dtype(bias, "bias");
   v.residual = optional_dtype(residual, "residual");
@@ -120,8 +133,11 @@ struct CallbackAborted {};
 
 void register_norm_bindings(nb::module_& m) {
   m.def("norm_dtype_size", [](const char* name) { return nn::dtype_size(dtype_arg(name, "dtype")); }, "dtype"_a);
-  m.def("norm_dtype_name", [](const char* name) { return std::string(nn::dtype_name(dtype_arg(name, "dtype"))); },
-        "dtype"_a, "Canonical short name (fp16, bf16, fp32) of a dtype alias; ValueError if unsupported.");
+  m.def(
+      "norm_dtype_name", [](const char* name) { return std::string(nn::dtype_name(kernel_dtype_arg(name, "dtype"))); },
+      "dtype"_a,
+      "Canonical short name (fp16, bf16, fp32) of a GPU kernel dtype alias, as precompilation takes it; "
+      "ValueError if unsupported (fp64 included: it runs only on the CPU fallback).");
 
   m.def(
       "rmsnorm_fwd",

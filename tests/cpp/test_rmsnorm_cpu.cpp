@@ -324,7 +324,7 @@ TEST(RmsNormCpuValidate, FwdBadArgumentsAreNamedAndNothingIsWritten) {
       {[](A& a) { a.x.stride_inner = std::int64_t{1} << 62; }, "argument 'x': stride_outer"},
       {[](A& a) { a.x.dtype = static_cast<DType>(7); }, "argument 'x': invalid dtype"},
       {[](A& a) { a.out.dtype = static_cast<DType>(9); }, "argument 'out': invalid dtype"},
-      {[](A& a) { a.weight.dtype = static_cast<DType>(3); }, "argument 'weight': invalid dtype"},
+      {[](A& a) { a.weight.dtype = static_cast<DType>(4); }, "argument 'weight': invalid dtype"},
       {[](A& a) { a.heads = 0; }, "argument 'heads' must be >= 1"},
       {[](A& a) { a.heads = 3; }, "argument 'heads' (3) must divide shape.rows (4)"},
       {[](A& a) { a.heads = 2, a.weight.data = nullptr, a.bias.data = nullptr; },

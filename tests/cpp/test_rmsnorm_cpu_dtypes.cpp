@@ -25,6 +25,8 @@ TEST(RmsNormCpuTypes, SizesAndNames) {
   EXPECT_STREQ(dtype_name(DType::kFloat16), "fp16");
   EXPECT_STREQ(dtype_name(DType::kBFloat16), "bf16");
   EXPECT_STREQ(dtype_name(DType::kFloat32), "fp32");
+  EXPECT_EQ(dtype_size(DType::kFloat64), 8u);
+  EXPECT_STREQ(dtype_name(DType::kFloat64), "fp64");
   EXPECT_THROW(dtype_size(static_cast<DType>(7)), normkit::Error);
 }
 
@@ -33,8 +35,10 @@ TEST(RmsNormCpuTypes, ParseAcceptsAliasesAndRejectsOthers) {
     EXPECT_EQ(parse_dtype(s), DType::kFloat16) << s;
   for (const char* s : {"bf16", "bfloat16", "BF16", "BFloat16"}) EXPECT_EQ(parse_dtype(s), DType::kBFloat16) << s;
   for (const char* s : {"fp32", "float32", "float", "f32", "Float"}) EXPECT_EQ(parse_dtype(s), DType::kFloat32) << s;
-  for (const char* s : {"", "fp8", "int8", "float64", "bf", "fp16 ", "double"}) EXPECT_FALSE(parse_dtype(s)) << s;
-  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+  for (const char* s : {"fp64", "float64", "double", "f64", "Double"}) EXPECT_EQ(parse_dtype(s), DType::kFloat64) << s;
+  for (const char* s : {"", "fp8", "int8", "float128", "bf", "fp16 ", "long double"}) EXPECT_FALSE(parse_dtype(s)) << s;
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64})
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
 }
 
 float f32(double v) { return static_cast<float>(v); }
@@ -112,8 +116,8 @@ TEST(RmsNormCpuConvert, Bf16SpecialValues) {
 
 TEST(RmsNormCpuConvert, RowLoadStoreAllDtypes) {
   const float src[5] = {1.f, -2.5f, 0.15625f, 65504.f, -0.f};
-  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
-    unsigned char buf[4 * 8] = {};
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    unsigned char buf[8 * 8] = {};
     store_row(buf, t, 2, 5, src);  // offset in elements
     float back[5];
     load_row(buf, t, 2, 5, back);

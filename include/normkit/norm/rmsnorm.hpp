@@ -14,6 +14,9 @@
 // dw/db are accumulated in fp32 per CTA into a caller-provided workspace and then
 // summed in a fixed order, so results are bitwise identical across runs.
 //
+// Computation is in fp32 (in double on the CPU fallback when any tensor is fp64,
+// a dtype the GPU kernels reject). rstd is stored as fp32 either way.
+//
 // Pointers are raw device (or host, for the CPU fallback) pointers; the call is
 // asynchronous on `stream` for device data and synchronous for host data.
 // Arguments are validated before anything is written; errors name the argument.

@@ -11,12 +11,21 @@
 
 namespace normkit::norm {
 
-enum class DType : std::uint8_t { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+enum class DType : std::uint8_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,
+  // CPU fallback only, for float64 verification such as torch.autograd.gradcheck:
+  // a call with any fp64 tensor computes in double throughout. The GPU kernels
+  // reject it (no GPU kernel is built for it).
+  kFloat64 = 3,
+};
 
 std::size_t dtype_size(DType t);
-// Short name used in errors, cache keys and the CLI: "fp16", "bf16", "fp32".
+// Short name used in errors, cache keys and the CLI: "fp16", "bf16", "fp32", "fp64".
 const char* dtype_name(DType t);
-// Accepts "fp16|float16|half|f16", "bf16|bfloat16", "fp32|float32|float|f32".
+// Accepts "fp16|float16|half|f16", "bf16|bfloat16", "fp32|float32|float|f32",
+// "fp64|float64|double|f64".
 std::optional<DType> parse_dtype(std::string_view name);
 
 // Where the operation runs. kAuto looks at the data: host memory (or no usable

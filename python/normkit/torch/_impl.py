@@ -13,16 +13,24 @@ import torch
 
 from normkit import _C, NormkitError
 
-_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+# Names the C++ API takes. float64 exists for the CPU fallback only (float64
+# verification such as gradcheck); the GPU kernels take the first three, and
+# CUDA tensors in float64 are refused here, before C++ is called.
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64"}
+_GPU_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
 
 _log = logging.getLogger("normkit")
 _copies_logged = set()
 
 
-def dtype_name(dtype, what):
+def dtype_name(dtype, what, cuda=False):
+    """The C++ name of `dtype`; TypeError naming `what` when the call (on CUDA if `cuda`) cannot take it."""
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         raise TypeError(f"{what}: unsupported dtype {dtype}; normkit supports torch.float16, "
+                        "torch.bfloat16, torch.float32 and, on CPU only, torch.float64")
+    if cuda and dtype not in _GPU_DTYPES:
+        raise TypeError(f"{what}: {dtype} runs only on the CPU fallback; CUDA tensors take torch.float16, "
                         "torch.bfloat16 and torch.float32")
     return name
 
@@ -41,7 +49,7 @@ def _last_dim_contiguous(t, what):
 
 def _check_rows_like(t, what, x):
     """t must be a (..., N) tensor of x's shape, on x's device, in a supported dtype."""
-    dtype_name(t.dtype, what)
+    dtype_name(t.dtype, what, x.is_cuda)
     _same_device(t, what, x)
     if t.shape != x.shape:
         raise ValueError(f"{what}: expected shape {tuple(x.shape)} (x's shape), got {tuple(t.shape)}")
@@ -50,7 +58,7 @@ def _check_rows_like(t, what, x):
 
 def _param_heads(p, what, x):
     """Rows of a weight/bias: (N,) -> 1, (H, N) with x (..., H, N) -> H (per-head mode)."""
-    dtype_name(p.dtype, what)
+    dtype_name(p.dtype, what, x.is_cuda)
     _same_device(p, what, x)
     n = x.shape[-1]
     if p.dim() == 1:
@@ -67,13 +75,15 @@ def _param_heads(p, what, x):
 
 def check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offset):
     """Validates forward arguments (metadata only); returns the number of heads."""
-    dtype_name(x.dtype, "x")
+    cuda = x.is_cuda
+    dtype_name(x.dtype, "x", cuda)
     if x.dim() == 0:
         raise ValueError("x: expected a tensor with at least one dimension, got a scalar")
     _last_dim_contiguous(x, "x")
     heads = 1
     if weight is not None:
-        if weight.dim() == 1 and weight.dtype in _DTYPE_NAMES and weight.device == x.device \
+        if weight.dim() == 1 and weight.dtype in (_GPU_DTYPES if cuda else _DTYPE_NAMES) \
+                and weight.device == x.device \
                 and weight.shape[0] == x.shape[-1]:
             pass  # the usual shared weight, checked in one step
         else:
@@ -86,16 +96,17 @@ def check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offse
     if residual is not None:
         _check_rows_like(residual, "residual", x)
     if out_dtype is not None:
-        dtype_name(out_dtype, "out_dtype")
+        dtype_name(out_dtype, "out_dtype", cuda)
     if residual_dtype is not None:
-        dtype_name(residual_dtype, "residual_dtype")
+        dtype_name(residual_dtype, "residual_dtype", cuda)
     if weight_offset != 0.0 and weight is None:
         raise ValueError(f"weight_offset: {weight_offset} needs a weight (out = x_hat * (weight + weight_offset))")
     return heads
 
 
 def check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype):
-    dtype_name(x.dtype, "x")
+    cuda = x.is_cuda
+    dtype_name(x.dtype, "x", cuda)
     if x.dim() == 0:
         raise ValueError("x: expected a tensor with at least one dimension, got a scalar")
     _last_dim_contiguous(x, "x")
@@ -111,7 +122,7 @@ def check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresi
                          f"got shape {tuple(rstd.shape)}")
     for what, dtype in (("dx_dtype", dx_dtype), ("dbias_dtype", dbias_dtype), ("dresidual_dtype", dresidual_dtype)):
         if dtype is not None:
-            dtype_name(dtype, what)
+            dtype_name(dtype, what, cuda)
     return heads
 
 
