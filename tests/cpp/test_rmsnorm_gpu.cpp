@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -107,6 +108,9 @@ struct Case {
   DType out;
   std::size_t shift_elems;  // misalign x/out/dout/dx by this many elements
 };
+
+// gtest prints parameters in skip and failure lines: the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 bool gpu_available(std::string* why) {
   try {
