@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "normkit/norm/types.hpp"
 
@@ -209,42 +210,40 @@ inline void store_elem_f64(void* base, DType t, std::int64_t i, double v) {
   std::memcpy(static_cast<double*>(base) + i, &v, 8);
 }
 
-// n contiguous elements starting at element `offset`; the dtype switch sits
-// outside the loop so that the per-element work stays a tight loop. memcpy keeps
-// unaligned and type-punned access defined.
-inline void load_row(const void* base, DType t, std::int64_t offset, std::int64_t n, float* dst) {
-  switch (t) {
-    case DType::kFloat16: {
-      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint16_t v;
-        std::memcpy(&v, p + i, 2);
-        dst[i] = half_bits_to_float(v);
-      }
-      return;
-    }
-    case DType::kBFloat16: {
-      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint16_t v;
-        std::memcpy(&v, p + i, 2);
-        dst[i] = bf16_bits_to_float(v);
-      }
-      return;
-    }
-    case DType::kFloat64: {
-      const auto* p = static_cast<const double*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        double v;
-        std::memcpy(&v, p + i, 8);
-        dst[i] = double_to_float(v);
-      }
-      return;
-    }
-    case DType::kFloat32:
-      break;
+namespace host_row {
+// n elements of storage type S from element `offset`, decoded into dst. memcpy
+// keeps unaligned and type-punned access defined (and compiles to plain loads).
+template <class S, class Acc, class Decode>
+inline void decode(const void* base, std::int64_t offset, std::int64_t n, Acc* dst, Decode decode_one) {
+  const auto* p = static_cast<const S*>(base) + offset;
+  for (std::int64_t i = 0; i < n; ++i) {
+    S v;
+    std::memcpy(&v, p + i, sizeof(S));
+    dst[i] = decode_one(v);
   }
-  std::memcpy(dst, static_cast<const float*>(base) + offset, static_cast<std::size_t>(n) * 4);
+}
+}  // namespace host_row
+
+// n contiguous elements starting at element `offset`, widened to the compute type
+// (float, or double for the fp64 path, where every load is exact). The dtype
+// switch sits outside the loop so that the per-element work stays a tight loop.
+template <class Acc>
+inline void load_row(const void* base, DType t, std::int64_t offset, std::int64_t n, Acc* dst) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>);
+  switch (t) {
+    case DType::kFloat16:
+      return host_row::decode<std::uint16_t>(base, offset, n, dst, half_bits_to_float);
+    case DType::kBFloat16:
+      return host_row::decode<std::uint16_t>(base, offset, n, dst, bf16_bits_to_float);
+    case DType::kFloat32:
+      return host_row::decode<float>(base, offset, n, dst, [](float v) { return v; });
+    case DType::kFloat64:
+      if constexpr (std::is_same_v<Acc, float>) {
+        return host_row::decode<double>(base, offset, n, dst, [](double v) { return double_to_float(v); });
+      } else {
+        return host_row::decode<double>(base, offset, n, dst, [](double v) { return v; });
+      }
+  }
 }
 
 inline void store_row(void* base, DType t, std::int64_t offset, std::int64_t n, const float* src) {
@@ -279,43 +278,7 @@ inline void store_row(void* base, DType t, std::int64_t offset, std::int64_t n, 
   std::memcpy(static_cast<float*>(base) + offset, src, static_cast<std::size_t>(n) * 4);
 }
 
-// The same for the double compute path: loads are exact for every dtype, stores
-// round once (store_elem_f64).
-inline void load_row(const void* base, DType t, std::int64_t offset, std::int64_t n, double* dst) {
-  switch (t) {
-    case DType::kFloat16: {
-      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint16_t v;
-        std::memcpy(&v, p + i, 2);
-        dst[i] = half_bits_to_float(v);
-      }
-      return;
-    }
-    case DType::kBFloat16: {
-      const auto* p = static_cast<const std::uint16_t*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint16_t v;
-        std::memcpy(&v, p + i, 2);
-        dst[i] = bf16_bits_to_float(v);
-      }
-      return;
-    }
-    case DType::kFloat32: {
-      const auto* p = static_cast<const float*>(base) + offset;
-      for (std::int64_t i = 0; i < n; ++i) {
-        float v;
-        std::memcpy(&v, p + i, 4);
-        dst[i] = v;
-      }
-      return;
-    }
-    case DType::kFloat64:
-      break;
-  }
-  std::memcpy(dst, static_cast<const double*>(base) + offset, static_cast<std::size_t>(n) * 8);
-}
-
+// Stores from the double compute path round once (store_elem_f64).
 inline void store_row(void* base, DType t, std::int64_t offset, std::int64_t n, const double* src) {
   if (t == DType::kFloat64) {
     std::memcpy(static_cast<double*>(base) + offset, src, static_cast<std::size_t>(n) * 8);

@@ -54,8 +54,9 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
 void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
   if (!plan.regs)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
-                  std::string(op) + ": N=" + std::to_string(n) +
-                      " does not fit in registers on this target; using the two-pass kernel (re-reads its inputs)");
+                  std::string(op) + ": rows of N=" + std::to_string(n) +
+                      " are too long to keep in registers on this target; the two-pass kernel reads its "
+                      "inputs twice (slower than the register-resident kernels)");
   if (plan.vec == 1 && n % 2 == 0)
     rt::warn_once(std::string(op) + ":vec1",
                   std::string(op) + ": data is not 16-byte aligned (pointer or row stride); using scalar loads");
