@@ -179,64 +179,46 @@ void register_norm_bindings(nb::module_& m) {
       "device < 0: host data (CPU fallback), else the CUDA ordinal; stream: CUstream as int. "
       "Internal: normkit.torch is the caller.");
 
-  m.def(
-      "rmsnorm_bwd",
-      [](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
-         Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
-         Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
-         Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so, std::int64_t dres_out_si,
-         Address dx, const char* dx_dtype, std::int64_t dx_so, std::int64_t dx_si,
-         Address dres, const char* dres_dtype, std::int64_t dres_so, std::int64_t dres_si,
-         Address weight, const char* weight_dtype, std::int64_t heads, Address rstd,
-         Address dweight, Address dbias, const char* dbias_dtype, float weight_offset,
-         Address workspace, std::size_t workspace_bytes, int device, Address stream) {
-        const nn::RmsNormBwdArgs a =
-            bwd_args(rows, n, rows_inner, x, x_dtype, x_so, x_si, dout, dout_dtype, dout_so, dout_si, dres_out,
-                     dres_out_dtype, dres_out_so, dres_out_si, dx, dx_dtype, dx_so, dx_si, dres, dres_dtype,
-                     dres_so, dres_si, weight, weight_dtype, heads, rstd, dweight, dbias, dbias_dtype,
-                     weight_offset, workspace, workspace_bytes, device, stream);
-        nb::gil_scoped_release release;
-        nn::rmsnorm_bwd(a);
-      },
-      "rows"_a, "n"_a, "rows_inner"_a,
-      "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a,
-      "dout"_a, "dout_dtype"_a, "dout_stride_outer"_a, "dout_stride_inner"_a,
-      "dresidual_out"_a, "dresidual_out_dtype"_a, "dresidual_out_stride_outer"_a, "dresidual_out_stride_inner"_a,
-      "dx"_a, "dx_dtype"_a, "dx_stride_outer"_a, "dx_stride_inner"_a,
-      "dresidual"_a, "dresidual_dtype"_a, "dresidual_stride_outer"_a, "dresidual_stride_inner"_a,
-      "weight"_a, "weight_dtype"_a, "heads"_a, "rstd"_a, "dweight"_a, "dbias"_a, "dbias_dtype"_a,
-      "weight_offset"_a, "workspace"_a, "workspace_bytes"_a, "device"_a, "stream"_a,
-      "RMSNorm backward on raw addresses (0 = absent); same conventions as rmsnorm_fwd. "
-      "dweight has weight's dtype; workspace: rmsnorm_bwd_workspace_bytes() bytes of device memory.");
+  // rmsnorm_bwd and rmsnorm_bwd_workspace_bytes take the same arguments (the
+  // query ignores the workspace), so that the caller builds them once.
+  auto bwd_binding = [](auto finish) {
+    return [finish](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
+                    Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
+                    Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
+                    Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so,
+                    std::int64_t dres_out_si, Address dx, const char* dx_dtype, std::int64_t dx_so,
+                    std::int64_t dx_si, Address dres, const char* dres_dtype, std::int64_t dres_so,
+                    std::int64_t dres_si, Address weight, const char* weight_dtype, std::int64_t heads,
+                    Address rstd, Address dweight, Address dbias, const char* dbias_dtype, float weight_offset,
+                    Address workspace, std::size_t workspace_bytes, int device, Address stream) {
+      const nn::RmsNormBwdArgs a =
+          bwd_args(rows, n, rows_inner, x, x_dtype, x_so, x_si, dout, dout_dtype, dout_so, dout_si, dres_out,
+                   dres_out_dtype, dres_out_so, dres_out_si, dx, dx_dtype, dx_so, dx_si, dres, dres_dtype, dres_so,
+                   dres_si, weight, weight_dtype, heads, rstd, dweight, dbias, dbias_dtype, weight_offset,
+                   workspace, workspace_bytes, device, stream);
+      // Host data runs the CPU fallback, a first GPU call may compile, and the
+      // workspace query may ask the driver for the SM count: none needs the GIL.
+      nb::gil_scoped_release release;
+      return finish(a);
+    };
+  };
+#define NK_BWD_ARG_NAMES                                                                                        \
+  "rows"_a, "n"_a, "rows_inner"_a, "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a, "dout"_a,         \
+      "dout_dtype"_a, "dout_stride_outer"_a, "dout_stride_inner"_a, "dresidual_out"_a, "dresidual_out_dtype"_a, \
+      "dresidual_out_stride_outer"_a, "dresidual_out_stride_inner"_a, "dx"_a, "dx_dtype"_a, "dx_stride_outer"_a, \
+      "dx_stride_inner"_a, "dresidual"_a, "dresidual_dtype"_a, "dresidual_stride_outer"_a,                      \
+      "dresidual_stride_inner"_a, "weight"_a, "weight_dtype"_a, "heads"_a, "rstd"_a, "dweight"_a, "dbias"_a,    \
+      "dbias_dtype"_a, "weight_offset"_a, "workspace"_a, "workspace_bytes"_a, "device"_a, "stream"_a
 
-  m.def(
-      "rmsnorm_bwd_workspace_bytes",
-      [](std::int64_t rows, std::int64_t n, std::int64_t rows_inner,
-         Address x, const char* x_dtype, std::int64_t x_so, std::int64_t x_si,
-         Address dout, const char* dout_dtype, std::int64_t dout_so, std::int64_t dout_si,
-         Address dres_out, const char* dres_out_dtype, std::int64_t dres_out_so, std::int64_t dres_out_si,
-         Address dx, const char* dx_dtype, std::int64_t dx_so, std::int64_t dx_si,
-         Address dres, const char* dres_dtype, std::int64_t dres_so, std::int64_t dres_si,
-         Address weight, const char* weight_dtype, std::int64_t heads, Address rstd,
-         Address dweight, Address dbias, const char* dbias_dtype, float weight_offset, int device,
-         Address stream) {
-        const nn::RmsNormBwdArgs a =
-            bwd_args(rows, n, rows_inner, x, x_dtype, x_so, x_si, dout, dout_dtype, dout_so, dout_si, dres_out,
-                     dres_out_dtype, dres_out_so, dres_out_si, dx, dx_dtype, dx_so, dx_si, dres, dres_dtype,
-                     dres_so, dres_si, weight, weight_dtype, heads, rstd, dweight, dbias, dbias_dtype,
-                     weight_offset, 0, 0, device, stream);
-        nb::gil_scoped_release release;  // may query the device's SM count
-        return nn::rmsnorm_bwd_workspace_bytes(a);
-      },
-      "rows"_a, "n"_a, "rows_inner"_a,
-      "x"_a, "x_dtype"_a, "x_stride_outer"_a, "x_stride_inner"_a,
-      "dout"_a, "dout_dtype"_a, "dout_stride_outer"_a, "dout_stride_inner"_a,
-      "dresidual_out"_a, "dresidual_out_dtype"_a, "dresidual_out_stride_outer"_a, "dresidual_out_stride_inner"_a,
-      "dx"_a, "dx_dtype"_a, "dx_stride_outer"_a, "dx_stride_inner"_a,
-      "dresidual"_a, "dresidual_dtype"_a, "dresidual_stride_outer"_a, "dresidual_stride_inner"_a,
-      "weight"_a, "weight_dtype"_a, "heads"_a, "rstd"_a, "dweight"_a, "dbias"_a, "dbias_dtype"_a,
-      "weight_offset"_a, "device"_a, "stream"_a,
-      "Bytes of scratch rmsnorm_bwd needs for these arguments (rmsnorm_bwd's arguments without the workspace).");
+  m.def("rmsnorm_bwd", bwd_binding([](const nn::RmsNormBwdArgs& a) { nn::rmsnorm_bwd(a); }), NK_BWD_ARG_NAMES,
+        "RMSNorm backward on raw addresses (0 = absent); same conventions as rmsnorm_fwd. "
+        "dweight has weight's dtype; workspace: rmsnorm_bwd_workspace_bytes() bytes of device memory.");
+  m.def("rmsnorm_bwd_workspace_bytes",
+        bwd_binding([](const nn::RmsNormBwdArgs& a) { return nn::rmsnorm_bwd_workspace_bytes(a); }),
+        NK_BWD_ARG_NAMES,
+        "Bytes of scratch rmsnorm_bwd needs for these arguments (rmsnorm_bwd's arguments; the workspace "
+        "ones are ignored).");
+#undef NK_BWD_ARG_NAMES
 
   // --- ahead-of-time compilation (no GPU) ------------------------------------
   m.def(

@@ -368,7 +368,7 @@ def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype
             _ptr(dweight) if weight is not None else 0, _ptr(db), _name(db), weight_offset]
     workspace, workspace_bytes = 0, 0
     if device >= 0 and (weight is not None or db is not None):
-        workspace_bytes = _C.rmsnorm_bwd_workspace_bytes(*args, device, stream)
+        workspace_bytes = _C.rmsnorm_bwd_workspace_bytes(*args, 0, 0, device, stream)
         if workspace_bytes:
             buffer = torch.empty(workspace_bytes, dtype=torch.uint8, device=x.device)
             workspace = buffer.data_ptr()
