@@ -99,17 +99,10 @@ namespace {
 
 std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std::string& arch) {
   NK_CHECK(v.n >= 1, "rmsnorm_precompile: argument 'n' must be >= 1, got ", v.n);
-  const rt::Target target = rt::Runtime::instance().compile_only_target(arch);
-  detail::RowPlanInputs in;
-  in.n = v.n;
-  in.max_vec = 8;  // 16-byte-aligned data, the layout frameworks allocate
-  in.arch = target.arch;
-  in.backward = v.backward;
-  std::vector<rt::KernelSource> out;
+  const int target_arch = rt::Runtime::instance().compile_only_target(arch).arch;
+  constexpr int kAlignedVec = 8;  // 16-byte-aligned data, the layout frameworks allocate
   if (!v.backward) {
-    in.x_bytes = static_cast<int>(dtype_size(v.x));
     detail::RmsFwdSpec s;
-    s.plan = detail::plan_rows(in);
     s.n = v.n;
     s.x = v.x;
     s.residual = v.residual;
@@ -118,34 +111,23 @@ std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std
     s.bias = v.bias;
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
-    out.push_back(detail::fwd_source(s));
-  } else {
-    const DType dout = v.dout.value_or(v.x);
-    in.x_bytes = static_cast<int>(std::max(dtype_size(v.x), dtype_size(dout)));
-    in.dbias = v.bias.has_value();
-    detail::RmsBwdSpec s;
-    s.plan = detail::plan_rows(in);
-    s.n = v.n;
-    s.x = v.x;
-    s.weight = v.weight;
-    s.dout = dout;
-    s.dresidual_out = v.residual;
-    s.dx = v.out.value_or(v.x);
-    s.dresidual = v.residual_out;
-    s.dbias = v.bias.has_value();
-    out.push_back(detail::bwd_source(s));
-    if (!s.plan.row_sums && (v.weight || v.bias)) {
-      detail::RmsBwdColumnSpec c;
-      c.n = v.n;
-      c.vec = s.plan.vec;
-      c.x = v.x;
-      c.dout = dout;
-      c.dweight = v.weight.has_value();
-      c.dbias = v.bias.has_value();
-      out.push_back(detail::bwd_column_source(c));
-    }
-    if (v.weight || v.bias) out.push_back(detail::param_reduce_source({v.weight, v.bias}));
+    s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
+    return {detail::fwd_source(s)};
   }
+  detail::RmsBwdSpec s;
+  s.n = v.n;
+  s.x = v.x;
+  s.weight = v.weight;
+  s.dout = v.dout.value_or(v.x);
+  s.dresidual_out = v.residual;
+  s.dx = v.out.value_or(v.x);
+  s.dresidual = v.residual_out;
+  s.dbias = v.bias;
+  s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
+  detail::RmsBwdSources sources = detail::bwd_sources(s);
+  std::vector<rt::KernelSource> out{std::move(sources.rows)};
+  if (sources.columns) out.push_back(std::move(*sources.columns));
+  if (sources.param_reduce) out.push_back(std::move(*sources.param_reduce));
   return out;
 }
 

@@ -99,12 +99,7 @@ void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
                     0};
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
-    RowPlanInputs in;
-    in.n = a.shape.n;
-    in.max_vec = limit.vec;
-    in.x_bytes = static_cast<int>(dtype_size(a.x.dtype));
-    in.arch = runtime.target_for_device(device).arch;
-    spec.plan = plan_rows(in);
+    spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan("rmsnorm_fwd", a.shape.n, spec.plan);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream)};
     memo.put(key, *found);
@@ -165,42 +160,25 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   spec.dresidual_out = dtype_if(a.dresidual_out);
   spec.dx = a.dx.dtype;
   spec.dresidual = dtype_if(a.dresidual);
-  spec.dbias = a.dbias.present();
-  const std::optional<DType> dbias_dtype = dtype_if(a.dbias);
+  spec.dbias = dtype_if(a.dbias);
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
                     dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
                         dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
-                        dtype_code(spec.dresidual) << 20 | dtype_code(dbias_dtype) << 24,
+                        dtype_code(spec.dresidual) << 20 | dtype_code(spec.dbias) << 24,
                     0};
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
-    RowPlanInputs in;
-    in.n = a.shape.n;
-    in.max_vec = limit.vec;
-    in.x_bytes = static_cast<int>(std::max(dtype_size(a.x.dtype), dtype_size(a.dout.dtype)));
-    in.backward = true;
-    in.dbias = spec.dbias;
-    in.arch = runtime.target_for_device(device).arch;
     BwdKernels k;
-    k.plan = spec.plan = plan_rows(in);
+    k.plan = spec.plan = plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch);
     k.sm_count = runtime.device_info(device).sm_count;
     if (load) {
       log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
-      k.rows = runtime.get(bwd_source(spec), device, a.stream);
-      if (!spec.plan.row_sums && (spec.weight || dbias_dtype)) {
-        RmsBwdColumnSpec col;
-        col.n = spec.n;
-        col.vec = spec.plan.vec;
-        col.x = spec.x;
-        col.dout = spec.dout;
-        col.dweight = spec.weight.has_value();
-        col.dbias = spec.dbias;
-        k.columns = runtime.get(bwd_column_source(col), device, a.stream);
-      }
-      if (spec.weight || dbias_dtype)
-        k.param_reduce = runtime.get(param_reduce_source({spec.weight, dbias_dtype}), device, a.stream);
+      const RmsBwdSources sources = bwd_sources(spec);
+      k.rows = runtime.get(sources.rows, device, a.stream);
+      if (sources.columns) k.columns = runtime.get(*sources.columns, device, a.stream);
+      if (sources.param_reduce) k.param_reduce = runtime.get(*sources.param_reduce, device, a.stream);
       memo.put(key, k);
     }
     found = k;

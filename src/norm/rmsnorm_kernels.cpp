@@ -1,5 +1,6 @@
 #include "rmsnorm_kernels.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -51,6 +52,43 @@ rt::KernelSource make(const std::string& family, const std::string& header, cons
 void ensure_device_headers() {
   static std::once_flag once;
   std::call_once(once, [] { normkit::embedded::register_norm_device_headers(); });
+}
+
+RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
+  RowPlanInputs in;
+  in.n = s.n;
+  in.max_vec = max_vec;
+  in.x_bytes = static_cast<int>(dtype_size(s.x));
+  in.arch = arch;
+  return plan_rows(in);
+}
+
+RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
+  RowPlanInputs in;
+  in.n = s.n;
+  in.max_vec = max_vec;
+  in.x_bytes = static_cast<int>(std::max(dtype_size(s.x), dtype_size(s.dout)));
+  in.backward = true;
+  in.dbias = s.dbias.has_value();
+  in.arch = arch;
+  return plan_rows(in);
+}
+
+RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
+  RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt};
+  if (!s.weight && !s.dbias) return out;
+  if (!s.plan.row_sums) {
+    RmsBwdColumnSpec col;
+    col.n = s.n;
+    col.vec = s.plan.vec;
+    col.x = s.x;
+    col.dout = s.dout;
+    col.dweight = s.weight.has_value();
+    col.dbias = s.dbias.has_value();
+    out.columns = bwd_column_source(col);
+  }
+  out.param_reduce = param_reduce_source({s.weight, s.dbias});
+  return out;
 }
 
 rt::KernelSource fwd_source(const RmsFwdSpec& s) {

@@ -30,7 +30,7 @@ struct RmsBwdSpec {
   std::optional<DType> dresidual_out;
   DType dx = DType::kBFloat16;
   std::optional<DType> dresidual;
-  bool dbias = false;
+  std::optional<DType> dbias;   // dbias summed (in this dtype) when present
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.
@@ -48,6 +48,22 @@ struct ParamReduceSpec {
   std::optional<DType> dweight, dbias;
 };
 inline constexpr int kParamReducePartLanes = 8;
+
+// Launch plans for a spec's dtypes (its `plan` field is not read) on data whose
+// alignment allows `max_vec`-element vectors, for compute capability `arch` x 10.
+RowPlan plan_fwd(const RmsFwdSpec& spec, int max_vec, int arch);
+RowPlan plan_bwd(const RmsBwdSpec& spec, int max_vec, int arch);
+
+// Every kernel one backward call launches (spec.plan set): the row kernel, the
+// column pass when the row kernel does not sum dw/db, and the final reduction of
+// the partials when there is a dweight or dbias. The CUDA dispatch and
+// ahead-of-time compilation both take their kernels from here.
+struct RmsBwdSources {
+  rt::KernelSource rows;
+  std::optional<rt::KernelSource> columns;
+  std::optional<rt::KernelSource> param_reduce;
+};
+RmsBwdSources bwd_sources(const RmsBwdSpec& spec);
 
 rt::KernelSource fwd_source(const RmsFwdSpec& spec);
 rt::KernelSource bwd_source(const RmsBwdSpec& spec);

@@ -112,7 +112,6 @@ TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
 TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
   for (const BwdCase& c : kBwd) {
     RmsBwdSpec s;
-    s.plan = plan(c.n, c.x, true, c.dbias, GetParam(), c.max_vec);
     s.n = c.n;
     s.x = c.x;
     s.weight = c.weight;
@@ -120,12 +119,15 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     s.dresidual_out = c.dresidual_out;
     s.dx = c.dx;
     s.dresidual = c.dresidual;
-    s.dbias = c.dbias;
-    expect_clean(bwd_source(s), "bwd n=" + std::to_string(c.n) + " " + s.plan.str());
-    if (!s.plan.row_sums) {
-      RmsBwdColumnSpec col{c.n, s.plan.vec, c.x, c.dout, c.weight.has_value(), c.dbias};
-      expect_clean(bwd_column_source(col), "bwd columns n=" + std::to_string(c.n));
-    }
+    if (c.dbias) s.dbias = c.weight.value_or(c.x);
+    s.plan = plan_bwd(s, c.max_vec, arch_of(GetParam()));
+    // Every kernel the call launches: row kernel, column pass, partials reduction.
+    const RmsBwdSources k = bwd_sources(s);
+    const std::string what = "bwd n=" + std::to_string(c.n) + " " + s.plan.str();
+    expect_clean(k.rows, what);
+    EXPECT_EQ(k.columns.has_value(), !s.plan.row_sums && (c.weight || c.dbias)) << what;
+    if (k.columns) expect_clean(*k.columns, what + " (columns)");
+    EXPECT_EQ(k.param_reduce.has_value(), c.weight || c.dbias) << what;
   }
   for (const ParamReduceSpec& r : {ParamReduceSpec{bf16, bf16}, ParamReduceSpec{f32, {}}, ParamReduceSpec{{}, f16}})
     expect_clean(param_reduce_source(r), "param_grad_reduce");
