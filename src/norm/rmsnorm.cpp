@@ -2,7 +2,9 @@
 // lives, dispatch. Also ahead-of-time compilation of the kernels a variant uses.
 #include "normkit/norm/rmsnorm.hpp"
 
+#include <initializer_list>
 #include <sstream>
+#include <vector>
 
 #include "normkit/runtime/error.hpp"
 #include "normkit/runtime/runtime.hpp"
@@ -17,9 +19,11 @@ namespace {
 constexpr int kHost = -1;
 
 // kHost or the CUDA ordinal the call runs on. kAuto asks the driver where `x`
-// lives and then requires every other pointer to agree.
-int resolve_device(const Device& device, const char* op, std::vector<const void*> pointers,
-                   const std::vector<std::string>& names) {
+// lives and then requires every other pointer to agree. The lists are only
+// materialized on that path: an explicit device (what the front ends pass on
+// every call) costs no allocation.
+int resolve_device(const Device& device, const char* op, std::initializer_list<const void*> pointer_list,
+                   std::initializer_list<const char*> name_list) {
   switch (device.kind) {
     case Device::Kind::kCpu: return kHost;
     case Device::Kind::kCuda:
@@ -28,6 +32,8 @@ int resolve_device(const Device& device, const char* op, std::vector<const void*
       return device.index;
     case Device::Kind::kAuto: break;
   }
+  const std::vector<const void*> pointers(pointer_list);
+  const std::vector<const char*> names(name_list);
   rt::Runtime& runtime = rt::Runtime::instance();
   const std::optional<int> first = runtime.pointer_device(pointers.front());
   if (!first) {
@@ -37,7 +43,7 @@ int resolve_device(const Device& device, const char* op, std::vector<const void*
     return kHost;
   }
   std::vector<std::string> labelled;
-  for (const auto& n : names) labelled.push_back(std::string(op) + " argument " + n);
+  for (const char* n : names) labelled.push_back(std::string(op) + " argument " + n);
   return runtime.device_of(pointers, labelled);
 }
 
