@@ -79,6 +79,7 @@ T* as_pointer(std::uintptr_t address) {
 }  // namespace
 
 void register_norm_bindings(nb::module_& m);  // norm_bindings.cpp
+void register_c_api(nb::module_& m);          // c_api.cpp
 
 NB_MODULE(_C, m) {
   m.doc() = "normkit runtime bindings (internal; use the normkit package)";
@@ -252,4 +253,5 @@ NB_MODULE(_C, m) {
   }, "stream"_a, "device"_a);
 
   register_norm_bindings(m);
+  register_c_api(m);
 }

@@ -20,7 +20,7 @@ _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "f
 _GPU_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
 
 _log = logging.getLogger("normkit")
-_copies_logged = set()
+_logged = set()
 
 
 def dtype_name(dtype, what, cuda=False):
@@ -199,16 +199,20 @@ def _row_layout(t):
     return None
 
 
-def _log_copy_once(op, what, t, why):
-    key = (op, what, why)
-    if key in _copies_logged:
+def log_once(key, message, *args):
+    """A warning on the "normkit" logger, once per process and key; NORMKIT_LOG=error (or off) silences it."""
+    if key in _logged:
         return
-    _copies_logged.add(key)
+    _logged.add(key)
     level = os.environ.get("NORMKIT_LOG", "warn").strip().lower()
     if level in ("off", "error", "none", "0"):
         return
-    _log.warning("[normkit] %s: %s (shape %s, strides %s) %s; copying it to a contiguous tensor. "
-                 "Logged once; NORMKIT_LOG=error silences it.", op, what, tuple(t.shape), t.stride(), why)
+    _log.warning("[normkit] " + message, *args)
+
+
+def _log_copy_once(op, what, t, why):
+    log_once((op, what, why), "%s: %s (shape %s, strides %s) %s; copying it to a contiguous tensor. "
+             "Logged once; NORMKIT_LOG=error silences it.", op, what, tuple(t.shape), t.stride(), why)
 
 
 def plan_rows(op, tensors):

@@ -20,6 +20,16 @@ from torch import Tensor
 
 from . import _impl
 
+try:
+    # The eager path in C++ (src/torch/rmsnorm_torch.cpp): built when torch was
+    # importable while normkit was built.
+    from normkit import _torch_C as _ext
+except ImportError as error:
+    _ext = None
+    _impl.log_once("torch_C", "normkit._torch_C is not available (%s); eager calls go through the normkit "
+                   "custom ops, which cost more host time per call. Reinstall normkit with torch installed "
+                   "(pip install --no-build-isolation .) to build it.", error)
+
 _FWD = "normkit::rmsnorm_fwd"
 _BWD = "normkit::rmsnorm_bwd"
 
@@ -166,34 +176,20 @@ def _direct_ok(x, *others):
     return _dispatch_modes() == 0 and _function_modes() == 0 and not _functorch_active()
 
 
-class _EagerRmsNorm(torch.autograd.Function):
-    """Eager-mode autograd without the dispatcher: same forward, same saved state and
-    the same backward (_backward) as the custom op's autograd, minus the custom op's
-    host overhead (tens of microseconds per call). torch.compile never sees this
-    class: traced calls take the custom op (_direct_ok is false under tracing)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
-                store_residual_out):
-        inputs = (x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
-                  store_residual_out)
-        output = _impl.rmsnorm_fwd_impl(*inputs)
-        _setup_context(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, dout, dresidual_out, drstd):
-        return _backward(ctx, dout, dresidual_out, drstd)
-
-
 def _forward(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
              store_residual_out, grad):
+    """(out, residual_out, rstd); the ones not stored are None or empty placeholders."""
     if _direct_ok(x, weight, bias, residual):
-        if not grad:
+        if _ext is not None:
+            _impl.check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offset)
+            result = _ext.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
+                                      float(weight_offset), store_rstd, store_residual_out, grad)
+            if result is not None:
+                return result
+            # None: rows that need a copy, which the custom op makes (and logs).
+        elif not grad:
             return _impl.rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
                                           store_rstd, store_residual_out, False)
-        return _EagerRmsNorm.apply(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
-                                   float(weight_offset), store_rstd, store_residual_out)
     return torch.ops.normkit.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
                                          float(weight_offset), store_rstd, store_residual_out)
 
@@ -238,10 +234,16 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
     if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
         dres_dtype = dresidual_out.dtype
     args = (x, weight, dout, rstd, dresidual_out, None, db_dtype, dres_dtype, float(weight_offset))
+    result = None
     if not _needs_grad(x, weight, dout, rstd, dresidual_out) and _direct_ok(x, weight, dout, dresidual_out):
-        dx, dw, db, dres = _impl.rmsnorm_bwd_impl(*args)
-    else:
-        dx, dw, db, dres = torch.ops.normkit.rmsnorm_bwd(*args)
+        if _ext is not None:
+            _impl.check_bwd(*args[:-1])
+            result = _ext.rmsnorm_bwd(*args)
+        else:
+            result = _impl.rmsnorm_bwd_impl(*args)
+    if result is None:
+        result = torch.ops.normkit.rmsnorm_bwd(*args)
+    dx, dw, db, dres = result
     if has_residual:
         dres = dres if dres_dtype is not None else dx
     else:

@@ -1,0 +1,452 @@
+// normkit._torch_C: the eager PyTorch path of RMSNorm, in C++.
+//
+// Why it exists: most RMSNorm calls in training and serving are host-bound (a few
+// thousand rows or fewer), so what a call costs is host time. Measured on the H200
+// machine with scripts/host_profile.py (torch 2.11): one autograd.grad through a
+// Python autograd.Function cost 94-135 us against 56-73 us for eager PyTorch, of
+// which ~55 us is the autograd engine itself; the Python backward (allocating
+// outputs, marshalling ~40 arguments, two binding calls) took 40-70 us of it. Here
+// the forward allocates its outputs and records a C++ autograd node, and the
+// backward runs in C++ on the engine's thread without ever taking the GIL.
+//
+// What stays in Python (python/normkit/torch): argument checks, which raise
+// Python's error types and are shared with the fake implementations, and the
+// torch.library custom ops that torch.compile traces. This module is the eager
+// path only. A call whose rows cannot be described with two strides returns None,
+// and the custom op (which copies such rows and logs it) takes the call.
+//
+// Kernels are reached through normkit._C's C table (src/python/c_api.hpp), so the
+// process keeps one normkit runtime. Bound with the pybind11 that torch ships,
+// because the Tensor/dtype conversions live there; normkit._C, which must not
+// depend on torch, uses nanobind.
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/Functions.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "c_api.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+namespace nn = normkit::norm;
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptDtype = std::optional<at::ScalarType>;
+
+const normkit::capi::Table* api = nullptr;
+PyObject* normkit_error = nullptr;  // normkit.NormkitError (a new reference kept for the process)
+
+// An error from the operator; becomes normkit.NormkitError in Python (and a
+// RuntimeError when raised inside the autograd engine's backward).
+struct CallError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const char* error) {
+  if (error != nullptr) throw CallError(error);
+}
+
+nn::DType dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return nn::DType::kFloat16;
+    case at::kBFloat16: return nn::DType::kBFloat16;
+    case at::kFloat: return nn::DType::kFloat32;
+    case at::kDouble: return nn::DType::kFloat64;
+    default: throw CallError(std::string("normkit: unsupported dtype ") + c10::toString(t));
+  }
+}
+
+// Device and stream of a call: the CPU fallback for host tensors, else the
+// tensor's CUDA device and that device's current PyTorch stream.
+void place(const Tensor& x, nn::Device& device, nn::Stream& stream) {
+  if (!x.is_cuda()) {
+    device = nn::Device::cpu();
+    stream = nullptr;
+    return;
+  }
+  const c10::Device d = x.device();
+  device = nn::Device::cuda(d.index());
+  stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(d).native_handle();
+}
+
+// ---------------------------------------------------------------------------
+// Row layouts (the C++ API's two-level rows, normkit/norm/types.hpp). A (..., N)
+// tensor with a unit-stride last dim whose leading dims merge into one strided
+// dim works with any rows_inner (inner == 0 below); one that merges into two
+// needs rows_inner = the inner size; more than two is not expressible.
+
+struct Layout {
+  std::int64_t inner = 0;  // 0: any rows_inner
+  std::int64_t stride_outer = 0;
+  std::int64_t stride_inner = 0;
+};
+
+std::optional<Layout> row_layout(const Tensor& t) {
+  const std::int64_t n = t.size(-1);
+  if (t.is_contiguous()) return Layout{0, 0, n};
+  std::array<std::array<std::int64_t, 2>, 2> dims{};  // merged (size, stride), outermost first
+  int count = 0;
+  for (std::int64_t i = 0; i + 1 < t.dim(); ++i) {
+    const std::int64_t size = t.size(i), stride = t.stride(i);
+    if (size == 1) continue;
+    if (count > 0 && dims[count - 1][1] == size * stride) {
+      dims[count - 1] = {dims[count - 1][0] * size, stride};
+    } else {
+      if (count == 2) return std::nullopt;
+      dims[count++] = {size, stride};
+    }
+  }
+  if (count <= 1) return Layout{0, 0, count ? dims[0][1] : n};
+  return Layout{dims[1][0], dims[0][1], dims[1][1]};
+}
+
+// One rows_inner for the row tensors of a call (undefined ones are skipped), or
+// nullopt when a tensor is not expressible or two need different ones.
+template <std::size_t K>
+struct RowsPlan {
+  std::int64_t rows_inner = 0;
+  std::array<Layout, K> layouts{};
+
+  nn::Rows rows(std::size_t i, const Tensor& t) const {
+    if (!t.defined()) return {};
+    const Layout& l = layouts[i];
+    const std::int64_t outer = l.inner == 0 ? rows_inner * l.stride_inner : l.stride_outer;
+    return nn::Rows{t.data_ptr(), dtype_of(t.scalar_type()), outer, l.stride_inner};
+  }
+};
+
+template <std::size_t K>
+std::optional<RowsPlan<K>> plan_rows(const std::array<const Tensor*, K>& tensors) {
+  RowsPlan<K> plan;
+  for (std::size_t i = 0; i < K; ++i) {
+    if (!tensors[i]->defined()) continue;
+    const std::optional<Layout> l = row_layout(*tensors[i]);
+    if (!l) return std::nullopt;
+    if (l->inner != 0) {
+      if (plan.rows_inner != 0 && plan.rows_inner != l->inner) return std::nullopt;
+      plan.rows_inner = l->inner;
+    }
+    plan.layouts[i] = *l;
+  }
+  return plan;
+}
+
+nn::Param param_of(const Tensor& t) {
+  return t.defined() ? nn::Param{t.data_ptr(), dtype_of(t.scalar_type())} : nn::Param{};
+}
+
+std::int64_t rows_of(const Tensor& x) {
+  std::int64_t m = 1;
+  for (std::int64_t i = 0; i + 1 < x.dim(); ++i) m *= x.size(i);
+  return m;
+}
+
+Tensor contiguous_if(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+Tensor opt(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
+
+// ---------------------------------------------------------------------------
+// Forward: out, residual_out (undefined unless stored), rstd (undefined unless stored).
+
+struct FwdOptions {
+  OptDtype out_dtype, residual_dtype;
+  double eps = 1e-6;
+  double weight_offset = 0.0;
+  bool store_rstd = false;
+  bool store_residual_out = false;
+};
+
+std::array<Tensor, 3> forward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& bias_in,
+                                   const Tensor& residual, const FwdOptions& o) {
+  const auto plan = plan_rows<2>({&x, &residual});
+  TORCH_INTERNAL_ASSERT(plan, "normkit: forward rows were not planned before the call");
+  const std::int64_t n = x.size(-1), m = rows_of(x);
+  const auto rows_options = x.options().memory_format(at::MemoryFormat::Contiguous);
+  Tensor out = at::empty(x.sizes(), rows_options.dtype(o.out_dtype.value_or(x.scalar_type())));
+  Tensor residual_out, rstd;
+  if (o.store_residual_out) {
+    const at::ScalarType t = o.residual_dtype.value_or(residual.defined() ? residual.scalar_type() : x.scalar_type());
+    residual_out = at::empty(x.sizes(), rows_options.dtype(t));
+  }
+  if (o.store_rstd) rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+  if (m == 0 || n == 0) {
+    // The mean over no elements is 0.
+    if (o.store_rstd && m) rstd.fill_(o.eps > 0 ? 1.0 / std::sqrt(o.eps) : std::numeric_limits<double>::infinity());
+    return {out, residual_out, rstd};
+  }
+  const Tensor weight = contiguous_if(weight_in), bias = contiguous_if(bias_in);
+
+  nn::RmsNormFwdArgs a;
+  a.shape = {m, n, plan->rows_inner};
+  a.x = plan->rows(0, x);
+  a.residual = plan->rows(1, residual);
+  const std::int64_t out_outer = plan->rows_inner * n;
+  a.out = nn::Rows{out.data_ptr(), dtype_of(out.scalar_type()), out_outer, n};
+  if (residual_out.defined())
+    a.residual_out = nn::Rows{residual_out.data_ptr(), dtype_of(residual_out.scalar_type()), out_outer, n};
+  a.weight = param_of(weight);
+  a.bias = param_of(bias);
+  a.heads = weight.defined() && weight.dim() == 2 ? weight.size(0) : (bias.defined() && bias.dim() == 2 ? bias.size(0) : 1);
+  a.rstd = o.store_rstd ? rstd.data_ptr<float>() : nullptr;
+  a.eps = static_cast<float>(o.eps);
+  a.weight_offset = static_cast<float>(o.weight_offset);
+  place(x, a.device, a.stream);
+  check(api->rmsnorm_fwd(&a));
+  return {out, residual_out, rstd};
+}
+
+// ---------------------------------------------------------------------------
+// Backward: dx, dweight (if weight), dbias (if dbias_dtype), dresidual (if
+// dresidual_dtype); nullopt when the rows need a copy.
+
+std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& dout,
+                                                   const Tensor& rstd, const Tensor& dresidual_out,
+                                                   OptDtype dx_dtype, OptDtype dbias_dtype, OptDtype dresidual_dtype,
+                                                   double weight_offset) {
+  const auto plan = plan_rows<3>({&x, &dout, &dresidual_out});
+  if (!plan) return std::nullopt;
+  const std::int64_t n = x.size(-1), m = rows_of(x);
+  const std::int64_t heads = weight_in.defined() && weight_in.dim() == 2 ? weight_in.size(0) : 1;
+  const auto rows_options = x.options().memory_format(at::MemoryFormat::Contiguous);
+  Tensor dx = at::empty(x.sizes(), rows_options.dtype(dx_dtype.value_or(x.scalar_type())));
+  Tensor dweight, dbias, dresidual;
+  if (weight_in.defined()) dweight = at::empty(weight_in.sizes(), x.options().dtype(weight_in.scalar_type()));
+  if (dbias_dtype) {
+    dbias = weight_in.defined() && weight_in.dim() == 2 ? at::empty({heads, n}, x.options().dtype(*dbias_dtype))
+                                                        : at::empty({n}, x.options().dtype(*dbias_dtype));
+  }
+  if (dresidual_dtype) dresidual = at::empty(x.sizes(), rows_options.dtype(*dresidual_dtype));
+  if (m == 0 || n == 0) {
+    if (dweight.defined()) dweight.zero_();
+    if (dbias.defined()) dbias.zero_();
+    return std::array<Tensor, 4>{dx, dweight, dbias, dresidual};
+  }
+  const Tensor weight = contiguous_if(weight_in);
+
+  nn::RmsNormBwdArgs a;
+  a.shape = {m, n, plan->rows_inner};
+  a.x = plan->rows(0, x);
+  a.dout = plan->rows(1, dout);
+  a.dresidual_out = plan->rows(2, dresidual_out);
+  const std::int64_t out_outer = plan->rows_inner * n;
+  a.dx = nn::Rows{dx.data_ptr(), dtype_of(dx.scalar_type()), out_outer, n};
+  if (dresidual.defined())
+    a.dresidual = nn::Rows{dresidual.data_ptr(), dtype_of(dresidual.scalar_type()), out_outer, n};
+  a.weight = param_of(weight);
+  a.heads = heads;
+  a.rstd = rstd.data_ptr<float>();
+  a.dweight = dweight.defined() ? dweight.data_ptr() : nullptr;
+  a.dbias = param_of(dbias);
+  a.weight_offset = static_cast<float>(weight_offset);
+  place(x, a.device, a.stream);
+  // The workspace comes from PyTorch's caching allocator on the call's stream;
+  // releasing it after the launch is stream-ordered, like any temporary.
+  Tensor workspace;
+  const at::TensorOptions byte_options = x.options().dtype(at::kByte);
+  struct Scratch {
+    Tensor* tensor;
+    const at::TensorOptions* options;
+  } scratch{&workspace, &byte_options};
+  auto allocate = [](std::size_t bytes, void* context) -> void* {
+    auto* s = static_cast<Scratch*>(context);
+    *s->tensor = at::empty({static_cast<std::int64_t>(bytes)}, *s->options);
+    return s->tensor->data_ptr();
+  };
+  check(api->rmsnorm_bwd(&a, allocate, &scratch));
+  return std::array<Tensor, 4>{dx, dweight, dbias, dresidual};
+}
+
+// Incoming gradients are whatever autograd produced (a sum's backward is an
+// expand with stride 0 everywhere): the kernels need a unit-stride last dim.
+Tensor grad_rows(const Tensor& g) {
+  if (g.defined() && g.stride(-1) != 1 && g.size(-1) != 1 && g.numel() != 0) return g.contiguous();
+  return g;
+}
+
+// ---------------------------------------------------------------------------
+// Autograd: inputs (x, weight, bias, residual, options), outputs (out,
+// residual_out, rstd). The forward always stores rstd, and residual_out when a
+// residual is added: the backward's input h is residual_out then (as stored,
+// like the kernel saw it), else x.
+
+constexpr std::int64_t kNoDtype = -1;
+
+std::int64_t dtype_code(const Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.scalar_type()) : kNoDtype; }
+// x's dtype and the optional residual/bias dtypes (kNoDtype when absent), 8 bits each.
+std::int64_t pack_dtypes(at::ScalarType x, std::int64_t residual, std::int64_t bias) {
+  return static_cast<std::int64_t>(x) | (residual + 1) << 8 | (bias + 1) << 16;
+}
+OptDtype dtype_from(std::int64_t code) {
+  return code == kNoDtype ? OptDtype{} : OptDtype{static_cast<at::ScalarType>(code)};
+}
+
+}  // namespace
+
+// Named (not anonymous) so that grad_fn reads CppNode<normkit::RmsNormFunction>.
+namespace normkit {
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+  // Absent optional inputs are passed as nullopt, not as undefined tensors: an
+  // undefined tensor would count as a variable input, which autograd rejects.
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const std::optional<Tensor>& weight_arg,
+                               const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& residual_arg,
+                               FwdOptions o) {
+    const Tensor weight = opt(weight_arg), bias = opt(bias_arg), residual = opt(residual_arg);
+    o.store_rstd = true;
+    o.store_residual_out = o.store_residual_out || residual.defined();
+    auto [out, residual_out, rstd] = forward_impl(x, weight, bias, residual, o);
+    ctx->save_for_backward({residual.defined() ? residual_out : x, weight, rstd});
+    // Three entries, not one per field: each is a hash-map insert on every forward.
+    ctx->saved_data["dtypes"] = pack_dtypes(x.scalar_type(), dtype_code(residual), dtype_code(bias));
+    ctx->saved_data["bias_heads"] = bias.defined() && bias.dim() == 2 ? bias.size(0) : std::int64_t{0};
+    ctx->saved_data["weight_offset"] = o.weight_offset;
+    ctx->mark_non_differentiable({rstd});
+    // Unused outputs (residual_out without prenorm) then arrive undefined rather
+    // than as zeros the kernel would have to read.
+    ctx->set_materialize_grads(false);
+    // residual_out is an output only when it was stored: (out, rstd) otherwise, so
+    // that no placeholder is allocated (the count may differ from call to call).
+    if (!residual_out.defined()) return {out, rstd};
+    return {out, residual_out, rstd};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "normkit.rmsnorm: double backward (create_graph=True) is not supported; the backward kernel "
+                "has no derivative of its own");
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor& h = saved[0];
+    const Tensor& weight = saved[1];
+    const Tensor& rstd = saved[2];
+    const std::int64_t dtypes = ctx->saved_data["dtypes"].toInt();
+    const auto x_dtype = static_cast<at::ScalarType>(dtypes & 0xff);
+    const OptDtype residual_dtype = dtype_from(((dtypes >> 8) & 0xff) - 1);
+    const OptDtype bias_dtype = dtype_from(((dtypes >> 16) & 0xff) - 1);
+    const std::int64_t bias_heads = ctx->saved_data["bias_heads"].toInt();
+    const double weight_offset = ctx->saved_data["weight_offset"].toDouble();
+
+    Tensor dout = grads[0].defined() ? grad_rows(grads[0]) : at::zeros(h.sizes(), h.options().dtype(x_dtype));
+    Tensor dres_out = grads.size() == 3 ? grad_rows(grads[1]) : Tensor();
+    // needs_input_grad counts only the inputs that were present (see forward).
+    const bool has_weight = weight.defined();
+    auto needs = [&](int input) {
+      const int edge = input - (input > 1 && !has_weight) - (input > 2 && !bias_dtype);
+      return ctx->needs_input_grad(edge);
+    };
+    const bool want_residual = residual_dtype && needs(3);
+    const OptDtype dres_dtype = want_residual && *residual_dtype != x_dtype ? residual_dtype : OptDtype{};
+    // Per-head bias without a weight: the kernels key heads on the weight, so that
+    // (rare) dbias is summed here.
+    const bool want_bias = bias_dtype && needs(2);
+    const bool kernel_db = want_bias && !(!weight.defined() && bias_heads);
+
+    auto grads_out = backward_impl(h, weight, dout, rstd, dres_out, x_dtype, kernel_db ? bias_dtype : OptDtype{},
+                                   dres_dtype, weight_offset);
+    if (!grads_out) {
+      TORCH_WARN_ONCE("normkit.rmsnorm backward: the incoming gradient's rows do not share the layout of the "
+                      "saved input; copying them to contiguous tensors (logged once)");
+      dout = dout.contiguous();
+      dres_out = contiguous_if(dres_out);
+      grads_out = backward_impl(h.contiguous(), weight, dout, rstd, dres_out, x_dtype,
+                                kernel_db ? bias_dtype : OptDtype{}, dres_dtype, weight_offset);
+      TORCH_INTERNAL_ASSERT(grads_out, "normkit: contiguous rows were not planned");
+    }
+    auto& [dx, dweight, dbias, dresidual] = *grads_out;
+    Tensor grad_bias;
+    if (want_bias) {
+      grad_bias = kernel_db ? dbias
+                            : dout.to(at::kFloat).reshape({-1, bias_heads, dout.size(-1)}).sum(0).to(*bias_dtype);
+    }
+    Tensor grad_residual;
+    if (want_residual) grad_residual = dres_dtype ? dresidual : dx;
+    return {needs(0) ? dx : Tensor(), has_weight && needs(1) ? dweight : Tensor(),
+            grad_bias, grad_residual, Tensor()};
+  }
+};
+
+}  // namespace normkit
+
+namespace {
+using normkit::RmsNormFunction;
+
+// ---------------------------------------------------------------------------
+// Python entry points. Tensors were checked by normkit.torch (_impl.check_fwd /
+// check_bwd) before these are called. Host tensors run the multithreaded CPU
+// fallback, so the GIL is let go for them.
+
+py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                       const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                       double weight_offset, bool store_rstd, bool store_residual_out, bool grad) {
+  const Tensor w = opt(weight), b = opt(bias), r = opt(residual);
+  if (!plan_rows<2>({&x, &r})) return py::none();
+  const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, store_rstd, store_residual_out};
+  std::array<Tensor, 3> outs;
+  {
+    std::optional<py::gil_scoped_release> nogil;
+    if (!x.is_cuda()) nogil.emplace();
+    if (grad) {
+      const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
+      outs = {v[0], v.size() == 3 ? v[1] : Tensor(), store_rstd ? v.back() : Tensor()};
+    } else {
+      outs = forward_impl(x, w, b, r, o);
+    }
+  }
+  return py::make_tuple(outs[0], outs[1], outs[2]);
+}
+
+py::object rmsnorm_bwd(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout, const Tensor& rstd,
+                       const std::optional<Tensor>& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
+                       OptDtype dresidual_dtype, double weight_offset) {
+  std::optional<std::array<Tensor, 4>> outs;
+  {
+    std::optional<py::gil_scoped_release> nogil;
+    if (!x.is_cuda()) nogil.emplace();
+    outs = backward_impl(x, opt(weight), dout, rstd, opt(dresidual_out), dx_dtype, dbias_dtype, dresidual_dtype,
+                         weight_offset);
+  }
+  if (!outs) return py::none();
+  return py::make_tuple((*outs)[0], (*outs)[1], (*outs)[2], (*outs)[3]);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_torch_C, m) {
+  m.doc() = "normkit's eager PyTorch path in C++ (internal; use normkit.torch)";
+  py::module_ core = py::module_::import("normkit._C");
+  py::object capsule = core.attr("_c_api");
+  api = static_cast<const normkit::capi::Table*>(PyCapsule_GetPointer(capsule.ptr(), normkit::capi::kCapsuleName));
+  if (api == nullptr) throw py::error_already_set();
+  if (api->version != normkit::capi::kVersion || api->fwd_args_size != sizeof(nn::RmsNormFwdArgs) ||
+      api->bwd_args_size != sizeof(nn::RmsNormBwdArgs)) {
+    throw py::import_error("normkit._torch_C was built against another normkit._C (C table version " +
+                           std::to_string(api->version) + "); reinstall normkit");
+  }
+  normkit_error = py::object(core.attr("NormkitError")).release().ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const CallError& e) {
+      PyErr_SetString(normkit_error, e.what());
+    }
+  });
+
+  m.def("rmsnorm_fwd", &rmsnorm_fwd, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
+        py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("weight_offset"),
+        py::arg("store_rstd"), py::arg("store_residual_out"), py::arg("grad"),
+        "RMSNorm forward; (out, residual_out or None, rstd or None), with a C++ autograd node when grad. "
+        "None when the rows need a copy (the custom op then takes the call).");
+  m.def("rmsnorm_bwd", &rmsnorm_bwd, py::arg("x"), py::arg("weight"), py::arg("dout"), py::arg("rstd"),
+        py::arg("dresidual_out"), py::arg("dx_dtype"), py::arg("dbias_dtype"), py::arg("dresidual_dtype"),
+        py::arg("weight_offset"),
+        "RMSNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when the rows need a copy.");
+}

@@ -1,0 +1,135 @@
+"""normkit._torch_C, the eager path in C++: it is built where torch is, it gives
+the same results as the custom ops (and as the Python path taken without it),
+and its autograd node behaves like the custom op's (on CPU tensors)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import normkit  # noqa: E402
+from normkit.torch import _ops, rmsnorm, rmsnorm_bwd, rmsnorm_fwd  # noqa: E402
+
+
+def rnd(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=torch.float32).to(dtype)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def test_extension_is_built_and_shares_the_runtime():
+    # The build had torch (requirements-dev.txt installs it first), so the eager
+    # path must be the C++ one; it reaches the kernels through normkit._C's table.
+    assert _ops._ext is not None, "normkit._torch_C was not built although torch is installed"
+    assert type(normkit._C._c_api).__name__ == "PyCapsule"
+
+
+def test_eager_autograd_records_the_cpp_node():
+    x, w = rnd(4, 32).requires_grad_(), rnd(32).requires_grad_()
+    assert "normkit::RmsNormFunction" in rmsnorm(x, w).grad_fn.name()
+    with torch.no_grad():
+        assert rmsnorm(x, w).grad_fn is None
+
+
+# Every feature combination the autograd node handles, as (make inputs, call kwargs).
+CASES = {
+    "plain": lambda: (rnd(6, 40), rnd(40), None, None, {}),
+    "no weight": lambda: (rnd(6, 40), None, None, None, {}),
+    "bf16 x, fp32 weight, bias": lambda: (rnd(6, 40, dtype=torch.bfloat16), rnd(40), rnd(40), None, {}),
+    "residual prenorm": lambda: (rnd(6, 40), rnd(40), None, rnd(6, 40), {"prenorm": True}),
+    "fp16 residual_dtype fp32": lambda: (rnd(6, 40, dtype=torch.float16), rnd(40, dtype=torch.float16), None,
+                                         rnd(6, 40, dtype=torch.float16),
+                                         {"prenorm": True, "residual_dtype": torch.float32}),
+    "per-head weight and bias": lambda: (rnd(3, 4, 16), rnd(4, 16), rnd(4, 16), None, {}),
+    "per-head bias only": lambda: (rnd(3, 4, 16), None, rnd(4, 16), None, {}),
+    "weight_offset, out_dtype": lambda: (rnd(6, 40), rnd(40), None, None,
+                                         {"weight_offset": 1.0, "out_dtype": torch.bfloat16}),
+    # x is a column slice of a wider leaf: rows 64 elements apart, no copy.
+    "strided rows": lambda: (rnd(6, 64), rnd(40), None, None, {"_slice": 40}),
+}
+
+
+def _run(case, use_ext, monkeypatch):
+    monkeypatch.setattr(_ops, "_ext", _ops._ext if use_ext else None)
+    x, w, b, r, kw = case
+    kw = dict(kw)
+    cols = kw.pop("_slice", None)
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
+    inputs = list(leaves)
+    if cols is not None:
+        inputs[0] = leaves[0][:, :cols]
+        assert not inputs[0].is_contiguous()
+    result = rmsnorm(*inputs, **kw)
+    outs = list(result) if isinstance(result, tuple) else [result]
+    torch.manual_seed(1)
+    grads_in = [torch.randn_like(o) for o in outs]
+    torch.autograd.backward(outs, grads_in)
+    return outs, [t.grad if t is not None else None for t in leaves]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpp_path_equals_python_path(name, monkeypatch):
+    """Same kernels behind both paths, so the results must be identical, gradients included."""
+    torch.manual_seed(0)
+    case = CASES[name]()
+    outs_cpp, grads_cpp = _run(case, True, monkeypatch)
+    outs_py, grads_py = _run(case, False, monkeypatch)
+    for a, b in zip(outs_cpp + grads_cpp, outs_py + grads_py):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_rmsnorm_fwd_and_bwd_functions_match_the_custom_ops():
+    x, w, dout = rnd(5, 24), rnd(24), rnd(5, 24)
+    out, res_out, rstd = rmsnorm_fwd(x, w, store_rstd=True)
+    op_out, _, op_rstd = torch.ops.normkit.rmsnorm_fwd(x, w, None, None, None, None, 1e-6, 0.0, True, False)
+    torch.testing.assert_close(out, op_out, rtol=0, atol=0)
+    torch.testing.assert_close(rstd, op_rstd, rtol=0, atol=0)
+    assert res_out is x
+    dx, dw, db, dres = rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
+    op = torch.ops.normkit.rmsnorm_bwd(x, w, dout, rstd, None, None, torch.float32, None, 0.0)
+    for a, b in zip((dx, dw, db), op[:3]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert dres is None
+
+
+def test_rows_that_need_a_copy_take_the_custom_op():
+    # Three separately strided leading dims: not expressible with two strides.
+    base = rnd(4, 3, 5, 32)
+    x = base[:, :2, :4].detach().requires_grad_()
+    w = rnd(32).requires_grad_()
+    y = rmsnorm(x, w)
+    assert "normkit::RmsNormFunction" not in y.grad_fn.name()
+    y.sum().backward()
+    xc = x.detach().contiguous().requires_grad_()
+    wc = w.detach().clone().requires_grad_()
+    rmsnorm(xc, wc).sum().backward()
+    torch.testing.assert_close(x.grad, xc.grad, rtol=0, atol=0)
+    torch.testing.assert_close(w.grad, wc.grad, rtol=0, atol=0)
+
+
+def test_double_backward_is_refused_clearly():
+    x, w = rnd(3, 16).requires_grad_(), rnd(16).requires_grad_()
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(rmsnorm(x, w).sum(), (x, w), create_graph=True)
+
+
+def test_operator_errors_arrive_as_normkit_error():
+    # Called directly (normkit.torch checks this before), the C++ validation speaks.
+    with pytest.raises(normkit.NormkitError, match="weight_offset"):
+        _ops._ext.rmsnorm_fwd(rnd(2, 8), None, None, None, None, None, 1e-6, 1.0, False, False, False)
+
+
+def test_gradient_with_other_strides_than_the_input():
+    x, w = rnd(6, 32).requires_grad_(), rnd(32).requires_grad_()
+    y = rmsnorm(x, w)
+    dout = rnd(32, 6).t()  # last dim not unit-stride: made contiguous for the kernel
+    (gx,) = torch.autograd.grad(y, (x,), dout)
+    y2 = rmsnorm(x, w)
+    (want,) = torch.autograd.grad(y2, (x,), dout.contiguous())
+    torch.testing.assert_close(gx, want, rtol=0, atol=0)
