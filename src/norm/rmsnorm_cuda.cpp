@@ -243,6 +243,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
     cfg.grid.y = static_cast<unsigned>(a.heads);
     cfg.block.x = static_cast<unsigned>(plan.threads());
     if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+    cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
     cfg.stream = a.stream;
     void* args[] = {&p};
     runtime.launch(l.kernels.rows, cfg, args);

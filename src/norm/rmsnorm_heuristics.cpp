@@ -28,12 +28,42 @@ std::int64_t next_pow2(std::int64_t v) {
   return p;
 }
 
+// The stash (backward rows too long for registers). 256-thread CTAs with at most
+// ~72 KB of shared memory each keep three CTAs per SM, so that one CTA's loads
+// overlap another's reduction and stores; the cluster grows (up to 16 CTAs on
+// sm_90, where 16 is a non-portable size the runtime enables per kernel) until
+// the slice fits. The dw/db sums join the stash when they fit too (no column
+// pass, which would read h and dout a third time), else the column pass makes them.
+constexpr int kStashThreads = 256;
+constexpr std::int64_t kStashBudget = 72 * 1024;
+constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
+constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
+
+bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
+  const int max_cluster = in.arch >= 90 ? 16 : 1;
+  const int sums = (in.dweight ? 1 : 0) + (in.dbias ? 1 : 0);
+  for (int with_sums = 1; with_sums >= 0; --with_sums) {
+    if (with_sums && sums == 0) continue;
+    for (int c = 1; c <= max_cluster; c *= 2) {
+      const int bytes = stash_bytes(in.n, p.vec, kStashThreads, c, in.x_bytes, in.dout_bytes, with_sums ? sums : 0);
+      if (bytes > kStashBudget) continue;
+      p.stash = true;
+      p.regs = false;
+      p.row_sums = with_sums == 1 || sums == 0;
+      p.cluster = c;
+      p.smem_bytes = bytes;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string RowPlan::str() const {
   return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
-         " row_sums=" + std::to_string(row_sums ? 1 : 0) +
+         " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -102,7 +132,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // N=32768: 1.01x), 4 and 8 did not (fp32 N=32768: 0.58x, bf16 N=131072:
     // 0.59x), where the two-pass kernel reached 0.82-0.97x.
     const std::int64_t max_cluster = in.backward ? 2 : 8;
-    if (in.arch >= 90 && cluster <= max_cluster) {
+    if (in.backward && plan_stash(in, p)) {
+      // p.cluster, p.tpr, p.row_sums, p.smem_bytes set by plan_stash.
+    } else if (in.arch >= 90 && cluster <= max_cluster) {
       p.cluster = static_cast<int>(cluster);
     } else {
       // Two passes over the row. A cluster (where there is one) splits the row
@@ -112,7 +144,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       p.row_sums = false;
       p.cluster = in.arch >= 90 ? static_cast<int>(std::clamp<std::int64_t>(next_pow2(in.n / 4096), 1, 8)) : 1;
     }
-    tpr = p.regs ? tpr_max : tpr_two_pass;
+    tpr = p.stash ? kStashThreads : p.regs ? tpr_max : tpr_two_pass;
   }
   p.tpr = static_cast<int>(tpr);
   // Short rows: several rows per CTA so that a CTA has >= 128-256 threads.
@@ -132,7 +164,16 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
+  if (p.stash) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   return p;
+}
+
+int stash_bytes(std::int64_t n, int vec, int tpr, int cluster, int x_bytes, int dout_bytes, int sums) {
+  const std::int64_t nv = n / vec;
+  const std::int64_t slice_v = (nv + cluster - 1) / cluster;
+  const std::int64_t items = (slice_v + tpr - 1) / tpr;
+  const std::int64_t bytes = slice_v * vec * (x_bytes + dout_bytes) + static_cast<std::int64_t>(sums) * items * vec * tpr * 4;
+  return static_cast<int>(std::min<std::int64_t>(bytes, 1LL << 30));
 }
 
 std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,

@@ -68,8 +68,10 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.n = s.n;
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(std::max(dtype_size(s.x), dtype_size(s.dout)));
+  in.dout_bytes = static_cast<int>(dtype_size(s.dout));
   in.backward = true;
   in.dbias = s.dbias.has_value();
+  in.dweight = s.weight.has_value();
   in.arch = arch;
   return plan_rows(in);
 }
@@ -104,7 +106,7 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   e << "nk::rmsnorm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ", "
-    << (s.plan.row_sums ? "true" : "false") << ">";
+    << (s.plan.row_sums ? "true" : "false") << ", " << (s.plan.stash ? "true" : "false") << ">";
   return make("rmsnorm_bwd", "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

@@ -30,6 +30,7 @@ RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::stri
   in.n = n;
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(dtype_size(x));
+  in.dout_bytes = in.x_bytes;
   in.backward = backward;
   in.dbias = dbias;
   in.arch = arch_of(target);
@@ -138,19 +139,31 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
-  // Backward: short rows keep dw/db sums in the row kernel; longer rows give
-  // their registers to the row (column pass for dw/db), in a 2-CTA cluster at
-  // most; longer still are two-pass.
+  // Backward: short rows keep dw/db sums in the row kernel's registers; rows too
+  // long for one CTA's registers keep their slice of h and dout, and the sums,
+  // in shared memory across a cluster (stash) on sm_90; rows too long even for a
+  // 16-CTA stash, and long rows without clusters, are read twice (two-pass).
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
-  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").row_sums);
-  EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a").regs);
-  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a").cluster, 2);
-  EXPECT_FALSE(plan(131072, bf16, true, false, "sm_90a").regs);
-  EXPECT_FALSE(plan(32768, f32, true, false, "sm_90a").regs);
-  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_90a").regs);
-  EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 8);
+  EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").regs);
+  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a").stash);
+  for (const auto& [n, x] : {std::pair{32768L, bf16}, {131072L, bf16}, {262144L, bf16}, {32768L, f32}}) {
+    const RowPlan p = plan(n, x, true, false, "sm_90a");
+    EXPECT_TRUE(p.stash) << n << " " << p.str();
+    EXPECT_FALSE(p.regs) << n << " " << p.str();
+    EXPECT_LE(p.smem_bytes, 72 * 1024) << n << " " << p.str();
+    EXPECT_GE(p.min_blocks, 3) << n << " " << p.str();
+    EXPECT_LE(p.cluster, 16) << n << " " << p.str();
+  }
+  EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a").row_sums);
+  EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 16);
+  EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").stash);
+  EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").regs);
+  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").stash);
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_80").cluster, 1);
+  // The stash's size is what the kernel lays out (RowStash in rmsnorm_bwd.cuh).
+  EXPECT_EQ(stash_bytes(131072, 8, 256, 8, 2, 2, 1), 16384 * 4 + 16384 * 4);
+  EXPECT_EQ(stash_bytes(100, 4, 256, 1, 4, 2, 0), 100 * 6);
   EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
   EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);
   EXPECT_EQ(plan(1023, f16, false, false, "sm_90a").vec, 1);

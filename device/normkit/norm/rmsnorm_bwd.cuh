@@ -14,9 +14,13 @@
 // small for short rows. Long rows need their registers for the row itself: then
 // (ROW_SUMS false) the row kernel only produces dx, and rmsnorm_bwd_param_kernel
 // computes dw/db in a separate column-wise pass (dw needs only rstd, not the
-// row's dot product). Rows too long even for that (REGS false) are read twice,
-// the second time mostly from L2: a cluster splits the row so that the CTAs'
-// slices fit there.
+// row's dot product). Rows too long even for that (REGS false) are split over a
+// cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
+// HBM is still read once, and the slice is small enough for three CTAs per SM,
+// so that one CTA's loads overlap another's reduction; their dw/db running sums
+// live in shared memory too when they fit (ROW_SUMS), removing the column pass.
+// Without STASH (rows beyond even that) the row is read twice, the second time
+// mostly from L2.
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
@@ -67,17 +71,48 @@ __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const flo
   }
 }
 
-template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS>
+// The dynamic shared memory of a STASH kernel, per CTA (host: stash_bytes()):
+// SLICE_V vectors of h, then SLICE_V of dout, then the dw and db running sums,
+// ITEMS * VEC * TPR floats each, sum (k, i) of thread `lane` at (k * VEC + i) * TPR
+// + lane so that a warp's accesses fall in distinct banks. Every entry is
+// written and read by the same thread, so no barrier guards it.
+template <class Cfg, class X, class DY>
+struct RowStash {
+  static constexpr int VEC = Cfg::VEC;
+  static constexpr int SUM_FLOATS = Cfg::ITEMS * VEC * Cfg::TPR;
+  Packed<X, VEC>* h;
+  Packed<DY, VEC>* dy;
+  float* dw;
+  float* db;
+
+  __device__ static RowStash make(unsigned char* base) {
+    RowStash s;
+    s.h = reinterpret_cast<Packed<X, VEC>*>(base);
+    s.dy = reinterpret_cast<Packed<DY, VEC>*>(base + Cfg::SLICE_V * sizeof(Packed<X, VEC>));
+    s.dw = reinterpret_cast<float*>(base + Cfg::SLICE_V * (sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>)));
+    s.db = s.dw + SUM_FLOATS;
+    return s;
+  }
+  __device__ static int sum_index(int k, int i, int lane) { return (k * VEC + i) * Cfg::TPR + lane; }
+};
+
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
+  static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   constexpr int VEC = Cfg::VEC;
-  // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
-  // registers go to the row itself) rmsnorm_bwd_param_kernel computes them.
-  constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
-  constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
+  // ROW_SUMS: dw/db accumulate here, in registers (REGS) or in the stash;
+  // otherwise rmsnorm_bwd_param_kernel computes them.
+  constexpr bool SUMS_HERE = ROW_SUMS && (Cfg::REGS || STASH);
+  constexpr bool DW = !is_none<W> && SUMS_HERE;
+  constexpr bool SUM_DB = DBIAS && SUMS_HERE;
+  constexpr bool REG_SUMS = Cfg::REGS && (DW || SUM_DB);
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
-  constexpr int SUMS = (DW || SUM_DB) ? ACC : 1;
+  constexpr int SUMS = REG_SUMS ? ACC : 1;
   __shared__ typename Cfg::Reduce reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
+  extern __shared__ __align__(16) unsigned char stash_memory[];
+  using Stash = RowStash<Cfg, X, DY>;
+  const Stash stash = Stash::make(stash_memory);
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
   const long long heads = p.shape.heads;
@@ -98,6 +133,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   for (int k = 0; k < SUMS; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dw_acc[k][i] = db_acc[k][i] = 0.f;
+  if constexpr (STASH && (DW || SUM_DB)) {
+    for_each_item<Cfg>([&](int k) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if constexpr (DW) stash.dw[Stash::sum_index(k, i, t.lane)] = 0.f;
+        if constexpr (SUM_DB) stash.db[Stash::sum_index(k, i, t.lane)] = 0.f;
+      }
+    });
+  }
   for (long long base = part * Cfg::ROWS; base < rows_per_head; base += parts * Cfg::ROWS) {
     const long long j = base + t.sub;
     const bool active = j < rows_per_head;
@@ -132,12 +176,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       if constexpr (Cfg::REGS) {
         h_r[k] = hp;
         dy_r[k] = dp;
+      } else if constexpr (STASH) {
+        stash.h[t.slice_vector(k)] = hp;
+        stash.dy[t.slice_vector(k)] = dp;
       }
-      if constexpr (DW || SUM_DB) {
+      if constexpr (REG_SUMS) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           dw_acc[k][i] += d[i] * xh[i];
           db_acc[k][i] += d[i];
+        }
+      } else if constexpr (STASH && (DW || SUM_DB)) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          if constexpr (DW) stash.dw[Stash::sum_index(k, i, t.lane)] += d[i] * xh[i];
+          if constexpr (SUM_DB) stash.db[Stash::sum_index(k, i, t.lane)] += d[i];
         }
       }
     });
@@ -152,6 +205,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       float xh[VEC], g[VEC], d[VEC];
       if constexpr (Cfg::REGS) {
         expand(col, h_r[k], dy_r[k], xh, g, d);
+      } else if constexpr (STASH) {
+        expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
       } else {
         expand(col, load_packed<VEC>(h + col), load_packed<VEC>(dy + col), xh, g, d);
       }
@@ -169,8 +224,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     });
   }
 
-  if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
-  if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
+  if constexpr (REG_SUMS) {
+    if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+    if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
+  } else if constexpr (STASH && (DW || SUM_DB)) {
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if constexpr (DW) dw_partial[t.column(k) + i] = stash.dw[Stash::sum_index(k, i, t.lane)];
+        if constexpr (SUM_DB) db_partial[t.column(k) + i] = stash.db[Stash::sum_index(k, i, t.lane)];
+      }
+    });
+  }
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
