@@ -52,7 +52,7 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
 }
 
 void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
-  if (!plan.regs)
+  if (!plan.regs && !plan.stash)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +
                       " are too long to keep in registers on this target; the two-pass kernel reads its "

@@ -31,9 +31,12 @@ std::int64_t next_pow2(std::int64_t v) {
 // The stash (backward rows too long for registers). 256-thread CTAs with at most
 // ~72 KB of shared memory each keep three CTAs per SM, so that one CTA's loads
 // overlap another's reduction and stores; the cluster grows (up to 16 CTAs on
-// sm_90, where 16 is a non-portable size the runtime enables per kernel) until
-// the slice fits. The dw/db sums join the stash when they fit too (no column
-// pass, which would read h and dout a third time), else the column pass makes them.
+// sm_90, a non-portable size the runtime enables per kernel) until the slice
+// fits. Measured on H200 (docs/perf/rmsnorm-vs-eager-h200.md, 9cbdd46), no
+// weight: bf16 N=32768 (2 CTAs) 497 us against 696 us for register-resident
+// rows in a 2-CTA cluster, N=131072 (8 CTAs) 771 against 823 us and N=262144
+// (16 CTAs) 837 against 848 us for the two-pass kernel. dw/db come from the
+// column pass: sums kept in the stash too were slower (see rmsnorm_bwd.cuh).
 constexpr int kStashThreads = 256;
 constexpr std::int64_t kStashBudget = 72 * 1024;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
@@ -41,19 +44,15 @@ constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 
 
 bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
   const int max_cluster = in.arch >= 90 ? 16 : 1;
-  const int sums = (in.dweight ? 1 : 0) + (in.dbias ? 1 : 0);
-  for (int with_sums = 1; with_sums >= 0; --with_sums) {
-    if (with_sums && sums == 0) continue;
-    for (int c = 1; c <= max_cluster; c *= 2) {
-      const int bytes = stash_bytes(in.n, p.vec, kStashThreads, c, in.x_bytes, in.dout_bytes, with_sums ? sums : 0);
-      if (bytes > kStashBudget) continue;
-      p.stash = true;
-      p.regs = false;
-      p.row_sums = with_sums == 1 || sums == 0;
-      p.cluster = c;
-      p.smem_bytes = bytes;
-      return true;
-    }
+  for (int c = 1; c <= max_cluster; c *= 2) {
+    const int bytes = stash_bytes(in.n, p.vec, c, in.x_bytes, in.dout_bytes);
+    if (bytes > kStashBudget) continue;
+    p.stash = true;
+    p.regs = false;
+    p.row_sums = false;
+    p.cluster = c;
+    p.smem_bytes = bytes;
+    return true;
   }
   return false;
 }
@@ -168,12 +167,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   return p;
 }
 
-int stash_bytes(std::int64_t n, int vec, int tpr, int cluster, int x_bytes, int dout_bytes, int sums) {
+int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes) {
   const std::int64_t nv = n / vec;
   const std::int64_t slice_v = (nv + cluster - 1) / cluster;
-  const std::int64_t items = (slice_v + tpr - 1) / tpr;
-  const std::int64_t bytes = slice_v * vec * (x_bytes + dout_bytes) + static_cast<std::int64_t>(sums) * items * vec * tpr * 4;
-  return static_cast<int>(std::min<std::int64_t>(bytes, 1LL << 30));
+  return static_cast<int>(std::min<std::int64_t>(slice_v * vec * (x_bytes + dout_bytes), 1LL << 30));
 }
 
 std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,

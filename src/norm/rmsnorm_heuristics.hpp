@@ -17,8 +17,7 @@ struct RowPlan {
   bool regs = true;    // row kept in registers between reduction and epilogue
   bool row_sums = true;  // backward: dw/db summed by the row kernel (else by the column pass)
   // Backward, rows too long for registers: the CTA's slice of h and dout kept in
-  // shared memory between the two halves of the row (and the dw/db running sums
-  // with it when row_sums), instead of reading the row twice.
+  // shared memory between the two halves of the row, instead of reading it twice.
   bool stash = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
@@ -32,7 +31,6 @@ struct RowPlanInputs {
   int x_bytes = 2;          // element size of the row input that sets the 16-byte limit
   bool backward = false;
   bool dbias = false;       // backward also sums dout per column
-  bool dweight = true;      // backward sums dout * xhat per column (a weight is present)
   int dout_bytes = 2;       // backward: element size of dout (the stash holds h and dout)
   int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
 };
@@ -40,8 +38,8 @@ struct RowPlanInputs {
 RowPlan plan_rows(const RowPlanInputs& in);
 
 // Shared memory the stash of a backward plan needs per CTA: SLICE_V vectors of h
-// and of dout, plus ITEMS * VEC * TPR floats per running sum (row_sums).
-int stash_bytes(std::int64_t n, int vec, int tpr, int cluster, int x_bytes, int dout_bytes, int sums);
+// and of dout (RowStash in rmsnorm_bwd.cuh).
+int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes);
 
 // Backward grid: CTAs (clusters) per head for `rows_per_head` rows on `sm_count` SMs.
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count);

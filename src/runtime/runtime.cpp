@@ -433,9 +433,15 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
     attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;
   }
-  if (cfg.shared_bytes > 48 * 1024) {
-    NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     static_cast<int>(cfg.shared_bytes)));
+  if (cfg.shared_bytes > 0) {
+    // Static plus dynamic shared memory above 48 KB needs the opt-in, also when
+    // the dynamic part alone stays below it.
+    int static_bytes = 0;
+    NK_CU_CHECK(d.cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+    if (cfg.shared_bytes + static_cast<unsigned>(static_bytes) > 48 * 1024) {
+      NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(cfg.shared_bytes)));
+    }
   }
   CUlaunchConfig lc{};
   lc.gridDimX = cfg.grid.x;

@@ -17,10 +17,11 @@
 // row's dot product). Rows too long even for that (REGS false) are split over a
 // cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
 // HBM is still read once, and the slice is small enough for three CTAs per SM,
-// so that one CTA's loads overlap another's reduction; their dw/db running sums
-// live in shared memory too when they fit (ROW_SUMS), removing the column pass.
-// Without STASH (rows beyond even that) the row is read twice, the second time
-// mostly from L2.
+// so that one CTA's loads overlap another's reduction. dw/db then come from the
+// column pass (running sums kept in shared memory next to the stash measured
+// slower on H200: bf16 N=32768 1098 us against ~500 us for the stash alone plus
+// ~250 us for the column pass). Without STASH (rows beyond even that) the row is
+// read twice, the second time mostly from L2.
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
@@ -72,42 +73,33 @@ __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const flo
 }
 
 // The dynamic shared memory of a STASH kernel, per CTA (host: stash_bytes()):
-// SLICE_V vectors of h, then SLICE_V of dout, then the dw and db running sums,
-// ITEMS * VEC * TPR floats each, sum (k, i) of thread `lane` at (k * VEC + i) * TPR
-// + lane so that a warp's accesses fall in distinct banks. Every entry is
-// written and read by the same thread, so no barrier guards it.
+// SLICE_V vectors of h, then SLICE_V of dout. A thread's 16-byte vectors sit at
+// its slice_vector() index, so a warp's accesses are conflict-free, and every
+// entry is written and read by the same thread: no barrier guards it.
 template <class Cfg, class X, class DY>
 struct RowStash {
   static constexpr int VEC = Cfg::VEC;
-  static constexpr int SUM_FLOATS = Cfg::ITEMS * VEC * Cfg::TPR;
   Packed<X, VEC>* h;
   Packed<DY, VEC>* dy;
-  float* dw;
-  float* db;
 
   __device__ static RowStash make(unsigned char* base) {
     RowStash s;
     s.h = reinterpret_cast<Packed<X, VEC>*>(base);
     s.dy = reinterpret_cast<Packed<DY, VEC>*>(base + Cfg::SLICE_V * sizeof(Packed<X, VEC>));
-    s.dw = reinterpret_cast<float*>(base + Cfg::SLICE_V * (sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>)));
-    s.db = s.dw + SUM_FLOATS;
     return s;
   }
-  __device__ static int sum_index(int k, int i, int lane) { return (k * VEC + i) * Cfg::TPR + lane; }
 };
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   constexpr int VEC = Cfg::VEC;
-  // ROW_SUMS: dw/db accumulate here, in registers (REGS) or in the stash;
-  // otherwise rmsnorm_bwd_param_kernel computes them.
-  constexpr bool SUMS_HERE = ROW_SUMS && (Cfg::REGS || STASH);
-  constexpr bool DW = !is_none<W> && SUMS_HERE;
-  constexpr bool SUM_DB = DBIAS && SUMS_HERE;
-  constexpr bool REG_SUMS = Cfg::REGS && (DW || SUM_DB);
+  // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
+  // registers or stash go to the row itself) rmsnorm_bwd_param_kernel computes them.
+  constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
+  constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
-  constexpr int SUMS = REG_SUMS ? ACC : 1;
+  constexpr int SUMS = (DW || SUM_DB) ? ACC : 1;
   __shared__ typename Cfg::Reduce reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
   extern __shared__ __align__(16) unsigned char stash_memory[];
@@ -133,15 +125,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   for (int k = 0; k < SUMS; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dw_acc[k][i] = db_acc[k][i] = 0.f;
-  if constexpr (STASH && (DW || SUM_DB)) {
-    for_each_item<Cfg>([&](int k) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        if constexpr (DW) stash.dw[Stash::sum_index(k, i, t.lane)] = 0.f;
-        if constexpr (SUM_DB) stash.db[Stash::sum_index(k, i, t.lane)] = 0.f;
-      }
-    });
-  }
   for (long long base = part * Cfg::ROWS; base < rows_per_head; base += parts * Cfg::ROWS) {
     const long long j = base + t.sub;
     const bool active = j < rows_per_head;
@@ -180,17 +163,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
         stash.h[t.slice_vector(k)] = hp;
         stash.dy[t.slice_vector(k)] = dp;
       }
-      if constexpr (REG_SUMS) {
+      if constexpr (DW || SUM_DB) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           dw_acc[k][i] += d[i] * xh[i];
           db_acc[k][i] += d[i];
-        }
-      } else if constexpr (STASH && (DW || SUM_DB)) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          if constexpr (DW) stash.dw[Stash::sum_index(k, i, t.lane)] += d[i] * xh[i];
-          if constexpr (SUM_DB) stash.db[Stash::sum_index(k, i, t.lane)] += d[i];
         }
       }
     });
@@ -224,19 +201,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     });
   }
 
-  if constexpr (REG_SUMS) {
-    if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
-    if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
-  } else if constexpr (STASH && (DW || SUM_DB)) {
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        if constexpr (DW) dw_partial[t.column(k) + i] = stash.dw[Stash::sum_index(k, i, t.lane)];
-        if constexpr (SUM_DB) db_partial[t.column(k) + i] = stash.db[Stash::sum_index(k, i, t.lane)];
-      }
-    });
-  }
+  if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+  if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
