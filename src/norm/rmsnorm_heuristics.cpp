@@ -37,13 +37,18 @@ std::int64_t next_pow2(std::int64_t v) {
 // rows in a 2-CTA cluster, N=131072 (8 CTAs) 771 against 823 us and N=262144
 // (16 CTAs) 837 against 848 us for the two-pass kernel. dw/db come from the
 // column pass: sums kept in the stash too were slower (see rmsnorm_bwd.cuh).
+// With dw/db (the column pass after the row kernel), clusters beyond 2 CTAs lost
+// to the two-pass kernel in the same run (d887cec, total backward): bf16
+// N=131072 1161 against 1112 us, N=262144 1230 against 1134, fp32 N=32768 (4
+// CTAs) 2130 against 1960, N=131072 2323 against 2062; 2 CTAs won (bf16
+// N=32768: 805 against 1046). So with dw/db the stash is used up to 2 CTAs.
 constexpr int kStashThreads = 256;
 constexpr std::int64_t kStashBudget = 72 * 1024;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
 bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
-  const int max_cluster = in.arch >= 90 ? 16 : 1;
+  const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 16;
   for (int c = 1; c <= max_cluster; c *= 2) {
     const int bytes = stash_bytes(in.n, p.vec, c, in.x_bytes, in.dout_bytes);
     if (bytes > kStashBudget) continue;

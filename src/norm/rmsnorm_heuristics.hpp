@@ -32,6 +32,7 @@ struct RowPlanInputs {
   bool backward = false;
   bool dbias = false;       // backward also sums dout per column
   int dout_bytes = 2;       // backward: element size of dout (the stash holds h and dout)
+  bool param_grads = false; // backward: dw or db is computed (the column pass follows long rows)
   int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
 };
 

@@ -71,6 +71,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.dout_bytes = static_cast<int>(dtype_size(s.dout));
   in.backward = true;
   in.dbias = s.dbias.has_value();
+  in.param_grads = s.weight.has_value() || s.dbias.has_value();
   in.arch = arch;
   return plan_rows(in);
 }

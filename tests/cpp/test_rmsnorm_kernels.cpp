@@ -25,12 +25,14 @@ constexpr DType f32 = DType::kFloat32;
 
 int arch_of(const std::string& target) { return Target::parse(target).arch; }
 
-RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8) {
+RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,
+             bool param_grads = false) {
   RowPlanInputs in;
   in.n = n;
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(dtype_size(x));
   in.dout_bytes = in.x_bytes;
+  in.param_grads = param_grads;
   in.backward = backward;
   in.dbias = dbias;
   in.arch = arch_of(target);
@@ -156,6 +158,11 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   }
   EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").row_sums);  // column pass
   EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 16);
+  // With dw/db (column pass after the row kernel) the stash stops at 2 CTAs.
+  EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a", 8, true).stash);
+  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a", 8, true).cluster, 2);
+  EXPECT_FALSE(plan(131072, bf16, true, false, "sm_90a", 8, true).stash);
+  EXPECT_FALSE(plan(32768, f32, true, false, "sm_90a", 4, true).stash);
   EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").stash);
   EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").regs);
