@@ -384,6 +384,70 @@ using normkit::RmsNormFunction;
 // check_bwd) before these are called. Host tensors run the multithreaded CPU
 // fallback, so the GIL is let go for them.
 
+// The whole of normkit.torch.rmsnorm for the common call, argument checks
+// included; nullopt sends the call back to Python (see rmsnorm below).
+bool supported(at::ScalarType t, bool cuda) {
+  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || (!cuda && t == at::kDouble);
+}
+bool unit_stride_rows(const Tensor& t) { return t.stride(-1) == 1 || t.size(-1) == 1 || t.numel() == 0; }
+
+// normkit.torch's check_fwd as a yes/no: a call that fails any of its checks goes
+// back to Python, which raises the error that names the argument. Keep the two
+// in step (tests/python/test_torch_ext.py runs every bad-argument case through
+// both).
+bool plain_forward_call(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r, OptDtype out_dtype,
+                        OptDtype residual_dtype, double weight_offset) {
+  const bool cuda = x.is_cuda();
+  if ((!cuda && !x.is_cpu()) || x.dim() == 0 || !supported(x.scalar_type(), cuda) || !unit_stride_rows(x)) return false;
+  const std::int64_t n = x.size(-1);
+  auto param_ok = [&](const Tensor& p) {
+    if (!p.defined()) return true;
+    if (!supported(p.scalar_type(), cuda) || p.device() != x.device()) return false;
+    if (p.dim() == 1) return p.size(0) == n;
+    return p.dim() == 2 && x.dim() >= 2 && p.size(1) == n && x.size(-2) == p.size(0);
+  };
+  if (!param_ok(w) || !param_ok(b)) return false;
+  if (w.defined() && b.defined() && b.sizes() != w.sizes()) return false;
+  if (r.defined() && (!supported(r.scalar_type(), cuda) || r.device() != x.device() || r.sizes() != x.sizes() ||
+                      !unit_stride_rows(r)))
+    return false;
+  if ((out_dtype && !supported(*out_dtype, cuda)) || (residual_dtype && !supported(*residual_dtype, cuda))) return false;
+  return weight_offset == 0.0 || w.defined();
+}
+
+bool requires_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                   const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                   bool prenorm, double weight_offset) {
+  const Tensor w = opt(weight), b = opt(bias), r = opt(residual);
+  if (!plain_forward_call(x, w, b, r, out_dtype, residual_dtype, weight_offset) || !plan_rows<2>({&x, &r}))
+    return py::none();
+  const bool grad = at::GradMode::is_enabled() &&
+                    (x.requires_grad() || requires_grad(w) || requires_grad(b) || requires_grad(r));
+  const bool makes_residual = r.defined() || (residual_dtype && *residual_dtype != x.scalar_type());
+  // residual_out is written when returned, or when a residual makes it the
+  // backward's input; otherwise that write is skipped.
+  const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, false,
+                     (prenorm && makes_residual) || (grad && r.defined())};
+  Tensor out, residual_out;
+  {
+    std::optional<py::gil_scoped_release> nogil;
+    if (!x.is_cuda()) nogil.emplace();
+    if (grad) {
+      const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
+      out = v[0];
+      if (v.size() == 3) residual_out = v[1];
+    } else {
+      auto outs = forward_impl(x, w, b, r, o);
+      out = outs[0];
+      residual_out = outs[1];
+    }
+  }
+  if (!prenorm) return py::cast(out);
+  return py::make_tuple(out, makes_residual ? residual_out : x);
+}
+
 py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
                        const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
                        double weight_offset, bool store_rstd, bool store_residual_out, bool grad) {
@@ -440,6 +504,10 @@ PYBIND11_MODULE(_torch_C, m) {
     }
   });
 
+  m.def("rmsnorm", &rmsnorm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
+        py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("prenorm"), py::arg("weight_offset"),
+        "normkit.torch.rmsnorm for plain calls (checks included): out, or (out, residual_out) when prenorm. "
+        "None when a check fails or the rows need a copy: normkit.torch then takes the call (and raises).");
   m.def("rmsnorm_fwd", &rmsnorm_fwd, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("weight_offset"),
         py::arg("store_rstd"), py::arg("store_residual_out"), py::arg("grad"),

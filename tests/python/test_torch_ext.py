@@ -133,3 +133,56 @@ def test_gradient_with_other_strides_than_the_input():
     y2 = rmsnorm(x, w)
     (want,) = torch.autograd.grad(y2, (x,), dout.contiguous())
     torch.testing.assert_close(gx, want, rtol=0, atol=0)
+
+
+# normkit.torch.rmsnorm's C++ fast path checks its arguments itself and hands a
+# call back to Python (None) on anything the Python checks would refuse, so that
+# Python raises the error naming the argument. Each case here is one such call.
+BAD_CALLS = {
+    "int x": lambda: (rnd(2, 8).to(torch.int32), None, None, None, None, None, 0.0),
+    "complex weight": lambda: (rnd(2, 8), torch.randn(8, dtype=torch.complex64), None, None, None, None, 0.0),
+    "weight length": lambda: (rnd(2, 8), rnd(7), None, None, None, None, 0.0),
+    "per-head weight without heads": lambda: (rnd(2, 8), rnd(3, 8), None, None, None, None, 0.0),
+    "3-d weight": lambda: (rnd(2, 3, 8), rnd(1, 3, 8), None, None, None, None, 0.0),
+    "bias shape": lambda: (rnd(2, 8), rnd(8), rnd(4), None, None, None, 0.0),
+    "bias vs weight shape": lambda: (rnd(2, 3, 8), rnd(3, 8), rnd(8), None, None, None, 0.0),
+    "residual shape": lambda: (rnd(2, 8), None, None, rnd(3, 8), None, None, 0.0),
+    "residual dtype": lambda: (rnd(2, 8), None, None, rnd(2, 8).to(torch.int16), None, None, 0.0),
+    "residual last dim": lambda: (rnd(2, 8), None, None, rnd(8, 2).t(), None, None, 0.0),
+    "x last dim": lambda: (rnd(8, 2).t(), None, None, None, None, None, 0.0),
+    "out_dtype": lambda: (rnd(2, 8), None, None, None, torch.int32, None, 0.0),
+    "residual_dtype": lambda: (rnd(2, 8), None, None, None, None, torch.int64, 0.0),
+    "weight_offset without weight": lambda: (rnd(2, 8), None, None, None, None, None, 1.0),
+    "weight on meta": lambda: (rnd(2, 8), torch.randn(8, device="meta"), None, None, None, None, 0.0),
+    "scalar x": lambda: (torch.tensor(1.0), None, None, None, None, None, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CALLS))
+def test_fast_path_hands_bad_calls_back_to_python(name):
+    x, w, b, r, out_dtype, residual_dtype, offset = BAD_CALLS[name]()
+    assert _ops._ext.rmsnorm(x, w, b, r, out_dtype, residual_dtype, 1e-6, False, offset) is None
+    with pytest.raises((TypeError, ValueError)):
+        rmsnorm(x, w, b, r, out_dtype=out_dtype, residual_dtype=residual_dtype, weight_offset=offset)
+
+
+def test_meta_tensors_go_to_the_custom_op():
+    x = torch.randn(2, 8, device="meta")
+    assert _ops._ext.rmsnorm(x, None, None, None, None, None, 1e-6, False, 0.0) is None
+    assert rmsnorm(x).device.type == "meta"  # the fake implementation
+
+
+def test_plain_calls_take_the_fast_path(monkeypatch):
+    def slow_path(*args, **kwargs):
+        raise AssertionError("plain rmsnorm calls should not reach the Python path")
+
+    monkeypatch.setattr(_ops, "_forward", slow_path)
+    x, w, r = rnd(4, 32), rnd(32).requires_grad_(), rnd(4, 32)
+    out = rmsnorm(x, w)
+    assert "normkit::RmsNormFunction" in out.grad_fn.name()
+    out, res_out = rmsnorm(x, w, residual=r, prenorm=True)
+    torch.testing.assert_close(res_out, x + r, rtol=0, atol=0)
+    out, res_out = rmsnorm(x, prenorm=True)
+    assert res_out is x
+    with torch.no_grad():
+        assert rmsnorm(x, w, weight_offset=1.0).grad_fn is None

@@ -262,6 +262,12 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     See rmsnorm_fwd for dtypes and per-head mode. Gradients flow to x, weight,
     bias and residual (and from residual_out when prenorm).
     """
+    if _ext is not None and _direct_ok(x, weight, bias, residual):
+        # Checks, allocation, autograd node and launch in one C++ call; None when
+        # a check fails (the path below raises the error) or rows need a copy.
+        result = _ext.rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset)
+        if result is not None:
+            return result
     grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                         or (bias is not None and bias.requires_grad)
                                         or (residual is not None and residual.requires_grad))
