@@ -152,7 +152,10 @@ std::int64_t rows_of(const Tensor& x) {
   return m;
 }
 
-Tensor contiguous_if(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+// Tensor::contiguous() is a dispatcher call even when it returns the tensor
+// itself; is_contiguous() is a field read. Per call this is ~1 us of host time
+// on the H200 machine, which is what a small-shape call costs in total.
+Tensor contiguous_if(const Tensor& t) { return !t.defined() || t.is_contiguous() ? t : t.contiguous(); }
 
 Tensor opt(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 
@@ -355,9 +358,9 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     if (!grads_out) {
       TORCH_WARN_ONCE("normkit.rmsnorm backward: the incoming gradient's rows do not share the layout of the "
                       "saved input; copying them to contiguous tensors (logged once)");
-      dout = dout.contiguous();
+      dout = contiguous_if(dout);
       dres_out = contiguous_if(dres_out);
-      grads_out = backward_impl(h.contiguous(), weight, dout, rstd, dres_out, x_dtype,
+      grads_out = backward_impl(contiguous_if(h), weight, dout, rstd, dres_out, x_dtype,
                                 kernel_db ? bias_dtype : OptDtype{}, dres_dtype, weight_offset);
       TORCH_INTERNAL_ASSERT(grads_out, "normkit: contiguous rows were not planned");
     }
