@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit.torch as nkt
+import profile_rmsnorm  # beside this script
 from normkit.torch import _impl, _ops
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -57,18 +58,11 @@ class Identity(torch.autograd.Function):
         return g
 
 
-def host_us(fn, n=400):
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    totals.clear()
-    counts.clear()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
+def host_us(fn):
+    def reset():
+        totals.clear()
+        counts.clear()
+    return profile_rmsnorm.host_us(fn, n=400, warmup=30, after_warmup=reset)
 
 
 def main():

@@ -18,10 +18,14 @@ from normkit.torch import _impl
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def host_us(fn, n=300):
-    for _ in range(20):
+def host_us(fn, n=300, warmup=20, after_warmup=None):
+    """Host wall time of one call of fn (us), averaged over n calls after `warmup`
+    calls; `after_warmup()` runs between the two (e.g. to reset counters)."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    if after_warmup is not None:
+        after_warmup()
     t = time.perf_counter()
     for _ in range(n):
         fn()
