@@ -9,13 +9,16 @@
 #                    wall time; rewritten after every step, so a cut-short run still has one
 #   build.log        pip install + CMake build
 #   ctest.log  pytest.log  load_times.log  load_times.json
+#   eager.log  eager-comparison.json/.md (GPU_CHECK_EAGER=1; not with the load times: 8-file limit)
 #   pytest-gpu.xml   JUnit XML of the pytest step
 # Keep a run with: python3 scripts/record_gpu_run.py record <folder with those files>
 #
 # Time: the device tool stops a command at 600 s. The whole check aims to end by
 # GPU_CHECK_BUDGET_S (default 570): each step is stopped (rc 124) where it would run
 # into the time the later steps need; pytest is stopped with SIGINT, so it still
-# writes its XML and the tests that ran are counted.
+# writes its XML and the tests that ran are counted. ctest keeps 330 s back for
+# pytest, so a budget below ~450 s leaves it only its 30 s minimum (ctest itself
+# takes ~25 s on the H200 machine, after a ~55 s build).
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 cd "$(dirname "$0")/.." || exit 2
@@ -89,6 +92,12 @@ step pytest pytest 40 env NORMKIT_TEST_REQUIRE_GPU=1 NORMKIT_TEST_REQUIRE_NVRTC=
 # docs/perf/runtime-h200.md): saves ~50 s and two of the eight files that come back.
 if [ "${GPU_CHECK_SKIP_LOAD_TIMES:-0}" != 1 ]; then
   step load_times load_times 0 "$PY" scripts/runtime_load_times.py --repeats 5 --json "$OUT/load_times.json"
+fi
+# GPU_CHECK_EAGER=1 adds normkit vs eager PyTorch on the test grid's shapes
+# (scripts/eager_comparison.py, ~90 s; eager-comparison.json/.md in $OUT). With the
+# load times left out the check then returns 8 files, the tool's limit.
+if [ "${GPU_CHECK_EAGER:-0}" = 1 ]; then
+  step eager eager 0 env NORMKIT_COMMIT="${NORMKIT_COMMIT:-unknown}" "$PY" scripts/eager_comparison.py --out "$OUT"
 fi
 
 write_summary yes
