@@ -6,9 +6,10 @@
 //  - Backward, short rows (one CTA of <= 512 threads at 8-16 elements a thread):
 //    dw/db summed in registers; kernel time below eager's where profiled
 //    (scripts/profile_rmsnorm.py), the end-to-end time host-bound.
-//  - Backward, longer rows: a 2-CTA cluster of register-resident rows matched
-//    eager (bf16 N=32768: 1.01x); 4- and 8-CTA clusters fell to 0.58-0.59x, the
-//    two-pass kernel to 0.80-0.97x, which is what rows beyond 2 CTAs use now.
+//  - Backward, rows too long for one CTA's registers: register-resident rows in
+//    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8). Such rows keep
+//    their slices in shared memory instead (the stash, plan_stash below) where
+//    that measured faster; the rest read the row twice (two-pass kernel).
 //  - ptxas: every plan here compiles without spills for sm_80/sm_90a/sm_100a
 //    (tests/cpp/test_rmsnorm_kernels.cpp); the register estimates below were
 //    tuned until that held.
