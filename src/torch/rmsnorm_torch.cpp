@@ -394,28 +394,44 @@ bool supported(at::ScalarType t, bool cuda) {
 }
 bool unit_stride_rows(const Tensor& t) { return t.stride(-1) == 1 || t.size(-1) == 1 || t.numel() == 0; }
 
-// normkit.torch's check_fwd as a yes/no: a call that fails any of its checks goes
-// back to Python, which raises the error that names the argument. Keep the two
-// in step (tests/python/test_torch_ext.py runs every bad-argument case through
-// both).
+// normkit.torch's check_fwd / check_bwd as yes/no answers: a call that fails any
+// of their checks goes back to Python, which raises the error that names the
+// argument. Keep the two in step (tests/python/test_torch_ext.py runs every
+// bad-argument case through both).
+bool plain_rows(const Tensor& x) {
+  const bool cuda = x.is_cuda();
+  return (cuda || x.is_cpu()) && x.dim() > 0 && supported(x.scalar_type(), cuda) && unit_stride_rows(x);
+}
+// A (..., N) tensor shaped, placed and typed like the rows x.
+bool rows_like(const Tensor& t, const Tensor& x) {
+  return !t.defined() || (supported(t.scalar_type(), x.is_cuda()) && t.device() == x.device() &&
+                          t.sizes() == x.sizes() && unit_stride_rows(t));
+}
+// A weight or bias: (N,), or (H, N) with x (..., H, N).
+bool param_fits(const Tensor& p, const Tensor& x) {
+  if (!p.defined()) return true;
+  if (!supported(p.scalar_type(), x.is_cuda()) || p.device() != x.device()) return false;
+  const std::int64_t n = x.size(-1);
+  if (p.dim() == 1) return p.size(0) == n;
+  return p.dim() == 2 && x.dim() >= 2 && p.size(1) == n && x.size(-2) == p.size(0);
+}
+bool dtype_fits(OptDtype t, const Tensor& x) { return !t || supported(*t, x.is_cuda()); }
+
 bool plain_forward_call(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r, OptDtype out_dtype,
                         OptDtype residual_dtype, double weight_offset) {
-  const bool cuda = x.is_cuda();
-  if ((!cuda && !x.is_cpu()) || x.dim() == 0 || !supported(x.scalar_type(), cuda) || !unit_stride_rows(x)) return false;
-  const std::int64_t n = x.size(-1);
-  auto param_ok = [&](const Tensor& p) {
-    if (!p.defined()) return true;
-    if (!supported(p.scalar_type(), cuda) || p.device() != x.device()) return false;
-    if (p.dim() == 1) return p.size(0) == n;
-    return p.dim() == 2 && x.dim() >= 2 && p.size(1) == n && x.size(-2) == p.size(0);
-  };
-  if (!param_ok(w) || !param_ok(b)) return false;
+  if (!plain_rows(x) || !param_fits(w, x) || !param_fits(b, x) || !rows_like(r, x)) return false;
   if (w.defined() && b.defined() && b.sizes() != w.sizes()) return false;
-  if (r.defined() && (!supported(r.scalar_type(), cuda) || r.device() != x.device() || r.sizes() != x.sizes() ||
-                      !unit_stride_rows(r)))
-    return false;
-  if ((out_dtype && !supported(*out_dtype, cuda)) || (residual_dtype && !supported(*residual_dtype, cuda))) return false;
+  if (!dtype_fits(out_dtype, x) || !dtype_fits(residual_dtype, x)) return false;
   return weight_offset == 0.0 || w.defined();
+}
+
+bool plain_backward_call(const Tensor& x, const Tensor& w, const Tensor& dout, const Tensor& rstd,
+                         const Tensor& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
+                         OptDtype dresidual_dtype) {
+  if (!plain_rows(x) || !param_fits(w, x) || !dout.defined() || !rows_like(dout, x) || !rows_like(dresidual_out, x))
+    return false;
+  if (rstd.device() != x.device() || rstd.scalar_type() != at::kFloat || rstd.numel() != rows_of(x)) return false;
+  return dtype_fits(dx_dtype, x) && dtype_fits(dbias_dtype, x) && dtype_fits(dresidual_dtype, x);
 }
 
 bool requires_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
@@ -455,7 +471,8 @@ py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, con
                        const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
                        double weight_offset, bool store_rstd, bool store_residual_out, bool grad) {
   const Tensor w = opt(weight), b = opt(bias), r = opt(residual);
-  if (!plan_rows<2>({&x, &r})) return py::none();
+  if (!plain_forward_call(x, w, b, r, out_dtype, residual_dtype, weight_offset) || !plan_rows<2>({&x, &r}))
+    return py::none();
   const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, store_rstd, store_residual_out};
   std::array<Tensor, 3> outs;
   {
@@ -474,6 +491,8 @@ py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, con
 py::object rmsnorm_bwd(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout, const Tensor& rstd,
                        const std::optional<Tensor>& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
                        OptDtype dresidual_dtype, double weight_offset) {
+  if (!plain_backward_call(x, opt(weight), dout, rstd, opt(dresidual_out), dx_dtype, dbias_dtype, dresidual_dtype))
+    return py::none();
   std::optional<std::array<Tensor, 4>> outs;
   {
     std::optional<py::gil_scoped_release> nogil;
@@ -515,9 +534,10 @@ PYBIND11_MODULE(_torch_C, m) {
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("weight_offset"),
         py::arg("store_rstd"), py::arg("store_residual_out"), py::arg("grad"),
         "RMSNorm forward; (out, residual_out or None, rstd or None), with a C++ autograd node when grad. "
-        "None when the rows need a copy (the custom op then takes the call).");
+        "None when a check fails or the rows need a copy (normkit.torch then takes the call, and raises).");
   m.def("rmsnorm_bwd", &rmsnorm_bwd, py::arg("x"), py::arg("weight"), py::arg("dout"), py::arg("rstd"),
         py::arg("dresidual_out"), py::arg("dx_dtype"), py::arg("dbias_dtype"), py::arg("dresidual_dtype"),
         py::arg("weight_offset"),
-        "RMSNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when the rows need a copy.");
+        "RMSNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when a check fails or the "
+        "rows need a copy (normkit.torch then takes the call, and raises).");
 }

@@ -120,9 +120,45 @@ def test_double_backward_is_refused_clearly():
 
 
 def test_operator_errors_arrive_as_normkit_error():
-    # Called directly (normkit.torch checks this before), the C++ validation speaks.
-    with pytest.raises(normkit.NormkitError, match="weight_offset"):
-        _ops._ext.rmsnorm_fwd(rnd(2, 8), None, None, None, None, None, 1e-6, 1.0, False, False, False)
+    # A negative eps passes the argument checks; the operator's validation refuses it.
+    with pytest.raises(normkit.NormkitError, match="eps"):
+        _ops._ext.rmsnorm_fwd(rnd(2, 8), None, None, None, None, None, -1.0, 0.0, False, False, False)
+    with pytest.raises(normkit.NormkitError, match="eps"):
+        _ops._ext.rmsnorm(rnd(2, 8), None, None, None, None, None, -1.0, False, 0.0)
+
+
+# rmsnorm_bwd's checks, likewise: (x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype).
+def _bwd_args(**change):
+    x = rnd(3, 8)
+    args = dict(x=x, weight=rnd(8), dout=rnd(3, 8), rstd=torch.ones(3), dresidual_out=None, dx_dtype=None,
+                dbias_dtype=None, dresidual_dtype=None)
+    args.update(change)
+    return args
+
+
+BAD_BWD_CALLS = {
+    "int x": dict(x=rnd(3, 8).to(torch.int32)),
+    "weight length": dict(weight=rnd(7)),
+    "dout shape": dict(dout=rnd(3, 7)),
+    "dout dtype": dict(dout=rnd(3, 8).to(torch.int16)),
+    "dout last dim": dict(dout=rnd(8, 3).t()),
+    "dresidual_out shape": dict(dresidual_out=rnd(2, 8)),
+    "rstd dtype": dict(rstd=torch.ones(3, dtype=torch.float16)),
+    "rstd length": dict(rstd=torch.ones(4)),
+    "rstd on meta": dict(rstd=torch.ones(3, device="meta")),
+    "dbias_dtype": dict(dbias_dtype=torch.int32),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BWD_CALLS))
+def test_backward_fast_path_hands_bad_calls_back_to_python(name):
+    a = _bwd_args(**BAD_BWD_CALLS[name])
+    assert _ops._ext.rmsnorm_bwd(*a.values(), 0.0) is None
+    with pytest.raises((TypeError, ValueError)):
+        if a["dbias_dtype"] is not None:  # the public function derives dbias's dtype; the op takes one
+            torch.ops.normkit.rmsnorm_bwd(*a.values(), 0.0)
+        else:
+            rmsnorm_bwd(a["x"], a["weight"], a["dout"], a["rstd"], a["dresidual_out"])
 
 
 def test_gradient_with_other_strides_than_the_input():

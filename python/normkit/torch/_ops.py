@@ -181,12 +181,13 @@ def _forward(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_o
     """(out, residual_out, rstd); the ones not stored are None or empty placeholders."""
     if _direct_ok(x, weight, bias, residual):
         if _ext is not None:
-            _impl.check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offset)
             result = _ext.rmsnorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
                                       float(weight_offset), store_rstd, store_residual_out, grad)
             if result is not None:
                 return result
-            # None: rows that need a copy, which the custom op makes (and logs).
+            # None: a check failed (raised here, naming the argument) or the rows
+            # need a copy, which the custom op makes (and logs).
+            _impl.check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offset)
         elif not grad:
             return _impl.rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
                                           store_rstd, store_residual_out, False)
@@ -235,10 +236,11 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
         dres_dtype = dresidual_out.dtype
     args = (x, weight, dout, rstd, dresidual_out, None, db_dtype, dres_dtype, float(weight_offset))
     result = None
-    if not _needs_grad(x, weight, dout, rstd, dresidual_out) and _direct_ok(x, weight, dout, dresidual_out):
+    if not _needs_grad(x, weight, dout, rstd, dresidual_out) and _direct_ok(x, weight, dout, rstd, dresidual_out):
         if _ext is not None:
-            _impl.check_bwd(*args[:-1])
             result = _ext.rmsnorm_bwd(*args)
+            if result is None:
+                _impl.check_bwd(*args[:-1])  # raises naming the argument, unless rows need a copy
         else:
             result = _impl.rmsnorm_bwd_impl(*args)
     if result is None:
