@@ -84,6 +84,9 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 step install build 60 "$PY" -m pip install --no-build-isolation --no-deps -v .
 step cpp_build build 60 bash -c "cmake -S . -B build/gpu ${gen[*]} -DCMAKE_BUILD_TYPE=Release -DNORMKIT_BUILD_TESTS=ON && cmake --build build/gpu -j\$(nproc)"
 step ctest ctest 330 env NORMKIT_ASSERT_NO_SPILLS=1 ctest --test-dir build/gpu --output-on-failure -j8
+# ctest keeps the example's output only on failure, and the example passes without
+# a GPU too (it skips its GPU half): here its GPU half must have run and agreed.
+step example ctest 320 bash -c 'build/gpu/rmsnorm_example | tee /dev/stderr | grep -q "GPU and CPU results agree"'
 # NORMKIT_TEST_REQUIRE_GPU / _NVRTC: on this machine a missing GPU or NVRTC is a
 # failure, not a skip, so the GPU suites cannot pass by not running.
 step pytest pytest 40 env NORMKIT_TEST_REQUIRE_GPU=1 NORMKIT_TEST_REQUIRE_NVRTC=1 NORMKIT_ASSERT_NO_SPILLS=1 \
