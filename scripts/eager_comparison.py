@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -25,12 +26,39 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 NS = [192, 256, 760, 1024, 1128, 4096, 32768, 131072, 262144]
 MS = [1, 199, 8192]
 MAX_ELEMS = 1 << 28  # the GPU test grid's cap on M*N (memory and time)
+HOST_BOUND_US = 150  # eager do_bench times below this are mostly host time on the H200 machine
+
+
+def verdict(row, d):
+    """normkit's speed-up over eager for direction d: the loop's for host-bound shapes."""
+    return row.get(f"{d}_loop_speedup_vs_eager", row[f"{d}_speedup_vs_eager"])
 
 
 def bench(fn):
     from triton.testing import do_bench
 
     return do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3  # us
+
+
+def loop_us(fns, calls=200, rounds=3):
+    """Per-call time of `calls` back-to-back calls between two CUDA events, for each
+    of `fns`, interleaved over `rounds` rounds (median per fn). This is what an eager
+    loop sees: host time where the host is the bottleneck, which do_bench's L2
+    clearing partly hides; the inputs stay in L2, for every implementation alike."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            for _ in range(10):
+                fn()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) * 1e3 / calls)
+    return [statistics.median(t) for t in times]
 
 
 def copy_gbps():
@@ -89,16 +117,31 @@ def main():
         y_ea = F.rms_norm(x, (n,), w, eps=1e-6)
         row["bwd_normkit_us"] = bench(lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True))
         row["bwd_eager_us"] = bench(lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
+        # Host-bound shapes (eager under HOST_BOUND_US) are also timed as an eager
+        # loop sees them; the verdict for them is the loop's.
+        if row["fwd_eager_us"] < HOST_BOUND_US:
+            with torch.no_grad():
+                row["fwd_loop_normkit_us"], row["fwd_loop_eager_us"] = loop_us(
+                    [lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6)])
+        if row["bwd_eager_us"] < HOST_BOUND_US:
+            row["bwd_loop_normkit_us"], row["bwd_loop_eager_us"] = loop_us(
+                [lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
+                 lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True)])
         for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
+            if f"{d}_loop_normkit_us" in row:
+                row[f"{d}_loop_speedup_vs_eager"] = row[f"{d}_loop_eager_us"] / row[f"{d}_loop_normkit_us"]
             row[f"{d}_bytes"] = b
             row[f"{d}_normkit_GBps"] = b / row[f"{d}_normkit_us"] / 1e3
             row[f"{d}_eager_GBps"] = b / row[f"{d}_eager_us"] / 1e3
             row[f"{d}_speedup_vs_eager"] = row[f"{d}_eager_us"] / row[f"{d}_normkit_us"]
             row[f"{d}_ratio_to_copy"] = row[f"{d}_normkit_GBps"] / copy
         rows.append(row)
+        loops = "".join(f"  {d} loop {row[f'{d}_loop_normkit_us']:.1f} vs {row[f'{d}_loop_eager_us']:.1f} "
+                        f"({row[f'{d}_loop_speedup_vs_eager']:.2f}x)" for d in ("fwd", "bwd")
+                        if f"{d}_loop_normkit_us" in row)
         print(f"{dt:4} w={weight:4} M={m:6} N={n:6}  fwd {row['fwd_normkit_us']:9.2f} us vs eager "
               f"{row['fwd_eager_us']:9.2f} ({row['fwd_speedup_vs_eager']:.2f}x)  bwd {row['bwd_normkit_us']:9.2f}"
-              f" vs {row['bwd_eager_us']:9.2f} ({row['bwd_speedup_vs_eager']:.2f}x)", flush=True)
+              f" vs {row['bwd_eager_us']:9.2f} ({row['bwd_speedup_vs_eager']:.2f}x){loops}", flush=True)
         del x, w, dy, y_nk, y_ea
 
     commit = os.environ.get("NORMKIT_COMMIT") or subprocess.run(
@@ -111,19 +154,26 @@ def main():
         "command": "python " + " ".join(sys.argv), "copy_GBps": copy,
         "method": "triton.testing.do_bench median (CUDA events, L2 cleared); fwd under no_grad; bwd = "
                   "autograd.grad(out, (x, weight), dy) on a retained graph",
+        "loop_method": f"shapes where eager's do_bench time is under {HOST_BOUND_US} us: per-call time of 200 "
+                       "back-to-back calls between CUDA events, normkit and eager interleaved, median of 3 rounds "
+                       "(*_loop_* fields); the verdict for those shapes is the loop's",
     }
     with open(os.path.join(args.out, "eager-comparison.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    slower = [r for r in rows for d in ("fwd", "bwd") if r[f"{d}_speedup_vs_eager"] < 1.0]
+    slower = [r for r in rows for d in ("fwd", "bwd") if verdict(r, d) < 1.0]
     with open(os.path.join(args.out, "eager-comparison.md"), "w") as f:
         f.write(f"shapes: {len(rows)}; copy {copy:.0f} GB/s; rows where normkit is slower than eager: "
                 f"{len(slower)}\n\n")
-        f.write("| dtype | weight | M | N | fwd us (nk / eager) | fwd x | bwd us (nk / eager) | bwd x |\n")
-        f.write("|---|---|---|---|---|---|---|---|\n")
+        f.write("| dtype | weight | M | N | fwd us (nk / eager) | fwd x | fwd loop x | bwd us (nk / eager) | bwd x "
+                "| bwd loop x |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
+            loop = {d: f"{r[f'{d}_loop_speedup_vs_eager']:.2f}" if f"{d}_loop_speedup_vs_eager" in r else "-"
+                    for d in ("fwd", "bwd")}
             f.write(f"| {r['dtype']} | {r['weight']} | {r['M']} | {r['N']} | {r['fwd_normkit_us']:.1f} / "
-                    f"{r['fwd_eager_us']:.1f} | {r['fwd_speedup_vs_eager']:.2f} | {r['bwd_normkit_us']:.1f} / "
-                    f"{r['bwd_eager_us']:.1f} | {r['bwd_speedup_vs_eager']:.2f} |\n")
+                    f"{r['fwd_eager_us']:.1f} | {r['fwd_speedup_vs_eager']:.2f} | {loop['fwd']} | "
+                    f"{r['bwd_normkit_us']:.1f} / {r['bwd_eager_us']:.1f} | {r['bwd_speedup_vs_eager']:.2f} | "
+                    f"{loop['bwd']} |\n")
     print(f"copy {copy:.0f} GB/s; {len(slower)} slower-than-eager entries of {2 * len(rows)}")
 
 
