@@ -267,7 +267,8 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     if _ext is not None and _direct_ok(x, weight, bias, residual):
         # Checks, allocation, autograd node and launch in one C++ call; None when
         # a check fails (the path below raises the error) or rows need a copy.
-        result = _ext.rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset)
+        result = _ext.rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm),
+                              float(weight_offset))
         if result is not None:
             return result
     grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
