@@ -26,6 +26,15 @@ def test_extension_is_built_and_shares_the_runtime():
     assert type(normkit._C._c_api).__name__ == "PyCapsule"
 
 
+def test_extension_is_used_only_under_the_torch_it_was_built_for(monkeypatch):
+    from normkit import _torch_build
+
+    assert _ops._load_ext() == (_ops._ext, "")
+    monkeypatch.setattr(_torch_build, "TORCH_VERSION", "0.0.1")
+    ext, why = _ops._load_ext()
+    assert ext is None and "0.0.1" in why and torch.__version__ in why
+
+
 def test_eager_autograd_records_the_cpp_node():
     x, w = rnd(4, 32).requires_grad_(), rnd(32).requires_grad_()
     assert "normkit::RmsNormFunction" in rmsnorm(x, w).grad_fn.name()

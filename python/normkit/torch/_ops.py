@@ -20,15 +20,29 @@ from torch import Tensor
 
 from . import _impl
 
-try:
-    # The eager path in C++ (src/torch/rmsnorm_torch.cpp): built when torch was
-    # importable while normkit was built.
-    from normkit import _torch_C as _ext
-except ImportError as error:
-    _ext = None
-    _impl.log_once("torch_C", "normkit._torch_C is not available (%s); eager calls go through the normkit "
-                   "custom ops, which cost more host time per call. Reinstall normkit with torch installed "
-                   "(pip install --no-build-isolation .) to build it.", error)
+
+def _load_ext():
+    """(normkit._torch_C or None, why not). The eager path in C++ (src/torch/rmsnorm_torch.cpp) is
+    built when torch is importable while normkit builds, and used only under that torch version:
+    C++ extensions have no stable ABI across torch releases."""
+    try:
+        from normkit import _torch_build
+    except ImportError:
+        return None, "normkit was built without torch present"
+    if _torch_build.TORCH_VERSION != torch.__version__:
+        return None, f"it was built against torch {_torch_build.TORCH_VERSION}, this is torch {torch.__version__}"
+    try:
+        from normkit import _torch_C
+    except ImportError as error:
+        return None, str(error)
+    return _torch_C, ""
+
+
+_ext, _why_no_ext = _load_ext()
+if _ext is None:
+    _impl.log_once("torch_C", "normkit._torch_C is not used (%s); eager calls go through the normkit custom ops, "
+                   "which cost more host time per call. Reinstall normkit with this torch installed "
+                   "(pip install --no-build-isolation .) to build it.", _why_no_ext)
 
 _FWD = "normkit::rmsnorm_fwd"
 _BWD = "normkit::rmsnorm_bwd"
