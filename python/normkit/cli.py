@@ -2,6 +2,7 @@
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import sys
@@ -202,8 +203,22 @@ def _collect_report(selftest):
         cache["error"] = str(e)
 
     report.update(driver=driver, nvrtc=nvrtc, gpus=gpus, no_gpu_reason=no_gpu_reason, cache=cache,
-                  arch_override=config["arch"])
+                  arch_override=config["arch"], torch=_torch_report())
     return report
+
+
+def _torch_report():
+    """The PyTorch front end: torch's version and whether eager calls take the C++ path (why not, if not).
+    Imports torch when it is installed (only here, not for the other commands)."""
+    if importlib.util.find_spec("torch") is None:
+        return {"installed": False, "version": None, "cpp_eager_path": False, "why_not": "torch is not installed"}
+    try:
+        import torch
+        from normkit.torch import _ops
+    except Exception as e:  # a broken torch install is a finding, not a crash of the report
+        return {"installed": True, "version": None, "cpp_eager_path": False, "why_not": f"import failed: {e}"}
+    return {"installed": True, "version": torch.__version__, "cpp_eager_path": _ops._ext is not None,
+            "why_not": _ops._why_no_ext or None}
 
 
 def _print_report(out, report, selftest):
@@ -250,6 +265,15 @@ def _print_report(out, report, selftest):
             for gpu in report["gpus"]:
                 if gpu["selftest"] == "FAIL":
                     out.line(f"selftest FAIL on GPU {gpu['ordinal']}: {gpu['selftest_error']}")
+
+    torch_info = report["torch"]
+    if not torch_info["installed"]:
+        out.line("PyTorch: not installed (normkit.torch needs it)")
+    elif torch_info["cpp_eager_path"]:
+        out.line(f"PyTorch: {torch_info['version']}; eager calls take the C++ path (normkit._torch_C)")
+    else:
+        out.line(f"PyTorch: {torch_info['version'] or 'unusable'}; eager calls take the custom ops "
+                 f"(more host time): {torch_info['why_not']}")
 
     cache = report["cache"]
     out.line(f"cache: {cache['directory']}")
@@ -346,8 +370,9 @@ def _build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     doctor = commands.add_parser(
-        "doctor", help="report driver, NVRTC, GPUs and cache",
-        description="Report the normkit version, the CUDA driver, NVRTC, every GPU and the compile cache. "
+        "doctor", help="report driver, NVRTC, GPUs, cache and the PyTorch front end",
+        description="Report the normkit version, the CUDA driver, NVRTC, every GPU, the compile cache and "
+                    "whether PyTorch eager calls take the C++ path (and why not). "
                     "Without a GPU or driver it says why and still exits 0.")
     doctor.add_argument("--selftest", action="store_true",
                         help="run a small kernel on every GPU and check it (exit 1 on failure)")

@@ -40,6 +40,7 @@ def test_doctor(gpu_available):
     assert f"normkit {normkit.__version__}" in out
     assert "NVRTC" in out and "CUDA driver" in out
     assert "cache:" in out and os.environ["NORMKIT_CACHE_DIR"] in out
+    assert "PyTorch: " in out
     if gpu_available:
         assert "GPUs" in out
     else:
@@ -54,6 +55,15 @@ def test_doctor_json(gpu_available):
     assert report["cache"]["directory"] == os.environ["NORMKIT_CACHE_DIR"]
     assert report["cache"]["mode"] == "disk"
     assert report["cache"]["entries"] == 0
+    torch_info = report["torch"]
+    if torch_info["installed"]:
+        # Where torch is installed when normkit builds (CI, the GPU machine), the C++ path is built and used.
+        import torch
+
+        assert torch_info["version"] == torch.__version__
+        assert torch_info["cpp_eager_path"] is True, torch_info["why_not"]
+    else:
+        assert torch_info["cpp_eager_path"] is False and torch_info["why_not"]
     if gpu_available:
         assert report["gpus"] and report["no_gpu_reason"] is None
         for gpu in report["gpus"]:
