@@ -436,6 +436,19 @@ bool plain_backward_call(const Tensor& x, const Tensor& w, const Tensor& dout, c
 
 bool requires_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
+// The forward of both entry points, on a call the checks accepted: (out,
+// residual_out, rstd), undefined where not stored (rstd only when o.store_rstd),
+// through the autograd node when `grad`. Host tensors let the GIL go.
+std::array<Tensor, 3> run_forward(const Tensor& x, const std::optional<Tensor>& weight,
+                                  const std::optional<Tensor>& bias, const std::optional<Tensor>& residual,
+                                  const FwdOptions& o, bool grad) {
+  std::optional<py::gil_scoped_release> nogil;
+  if (!x.is_cuda()) nogil.emplace();
+  if (!grad) return forward_impl(x, opt(weight), opt(bias), opt(residual), o);
+  const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
+  return {v[0], v.size() == 3 ? v[1] : Tensor(), o.store_rstd ? v.back() : Tensor()};
+}
+
 py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
                    const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
                    bool prenorm, double weight_offset) {
@@ -449,22 +462,9 @@ py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const s
   // backward's input; otherwise that write is skipped.
   const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, false,
                      (prenorm && makes_residual) || (grad && r.defined())};
-  Tensor out, residual_out;
-  {
-    std::optional<py::gil_scoped_release> nogil;
-    if (!x.is_cuda()) nogil.emplace();
-    if (grad) {
-      const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
-      out = v[0];
-      if (v.size() == 3) residual_out = v[1];
-    } else {
-      auto outs = forward_impl(x, w, b, r, o);
-      out = outs[0];
-      residual_out = outs[1];
-    }
-  }
-  if (!prenorm) return py::cast(out);
-  return py::make_tuple(out, makes_residual ? residual_out : x);
+  const std::array<Tensor, 3> outs = run_forward(x, weight, bias, residual, o, grad);
+  if (!prenorm) return py::cast(outs[0]);
+  return py::make_tuple(outs[0], makes_residual ? outs[1] : x);
 }
 
 py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
@@ -474,17 +474,7 @@ py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, con
   if (!plain_forward_call(x, w, b, r, out_dtype, residual_dtype, weight_offset) || !plan_rows<2>({&x, &r}))
     return py::none();
   const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, store_rstd, store_residual_out};
-  std::array<Tensor, 3> outs;
-  {
-    std::optional<py::gil_scoped_release> nogil;
-    if (!x.is_cuda()) nogil.emplace();
-    if (grad) {
-      const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
-      outs = {v[0], v.size() == 3 ? v[1] : Tensor(), store_rstd ? v.back() : Tensor()};
-    } else {
-      outs = forward_impl(x, w, b, r, o);
-    }
-  }
+  const std::array<Tensor, 3> outs = run_forward(x, weight, bias, residual, o, grad);
   return py::make_tuple(outs[0], outs[1], outs[2]);
 }
 
