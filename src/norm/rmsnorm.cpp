@@ -132,6 +132,7 @@ std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std
   s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
   detail::RmsBwdSources sources = detail::bwd_sources(s);
   std::vector<rt::KernelSource> out{std::move(sources.rows)};
+  if (sources.row_dots) out.push_back(std::move(*sources.row_dots));
   if (sources.columns) out.push_back(std::move(*sources.columns));
   if (sources.param_reduce) out.push_back(std::move(*sources.param_reduce));
   return out;

@@ -52,7 +52,7 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
 }
 
 void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
-  if (!plan.regs && !plan.stash)
+  if (!plan.regs && !plan.stash && !plan.split)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +
                       " are too long to keep in registers on this target; the two-pass kernel reads its "
@@ -134,7 +134,8 @@ struct BwdKernels {
   RowPlan plan;
   int sm_count = 0;
   rt::LoadedKernel rows;          // the per-row kernel (dx, dresidual; partial sums when plan.row_sums)
-  rt::LoadedKernel columns;       // two-pass plans: column-wise partial sums (function == nullptr otherwise)
+  rt::LoadedKernel row_dots;      // split plans: the rows' dot products in column chunks, before `rows`
+  rt::LoadedKernel columns;       // plans whose row kernel does not sum dw/db: the column pass (else empty)
   rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
 };
 
@@ -142,6 +143,8 @@ struct BwdLaunch {
   BwdKernels kernels;
   std::int64_t row_ctas = 0;  // CTAs (clusters) per head of the row kernel
   std::int64_t parts = 0;     // partial sums per head (rows of the workspace)
+  std::int64_t chunks = 0;    // split plans: column chunks of a row
+  std::size_t sums_floats = 0;  // the dw/db partials at the start of the workspace
   std::size_t workspace = 0;
 };
 
@@ -177,6 +180,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
       log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
+      if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
       if (sources.columns) k.columns = runtime.get(*sources.columns, device, a.stream);
       if (sources.param_reduce) k.param_reduce = runtime.get(*sources.param_reduce, device, a.stream);
       memo.put(key, k);
@@ -185,16 +189,25 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   }
   BwdLaunch l;
   l.kernels = *found;
+  const RowPlan& plan = found->plan;
   if (a.shape.rows > 0) {
     const std::int64_t rows_per_head = a.shape.rows / a.heads;
-    l.row_ctas = plan_bwd_parts(found->plan, rows_per_head, a.heads, found->sm_count);
-    l.parts = found->plan.row_sums ? l.row_ctas
-                               : plan_bwd_column_parts(a.shape.n, found->plan.vec, rows_per_head, a.heads,
-                                                       found->sm_count, kColumnThreads);
+    if (plan.split) {
+      l.chunks = split_chunks(a.shape.n, plan);
+      l.row_ctas = plan_bwd_split_parts(plan, a.shape.n, rows_per_head, a.heads, found->sm_count);
+      l.parts = l.row_ctas;
+    } else {
+      l.row_ctas = plan_bwd_parts(plan, rows_per_head, a.heads, found->sm_count);
+      l.parts = plan.row_sums ? l.row_ctas
+                              : plan_bwd_column_parts(a.shape.n, plan.vec, rows_per_head, a.heads,
+                                                      found->sm_count, kColumnThreads);
+    }
   }
   const std::size_t sums = (a.weight.present() ? 1 : 0) + (a.dbias.present() ? 1 : 0);
-  l.workspace = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
-                static_cast<std::size_t>(a.shape.n) * sizeof(float);
+  l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
+                  static_cast<std::size_t>(a.shape.n);
+  const std::size_t dot_floats = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
+  l.workspace = (l.sums_floats + dot_floats) * sizeof(float);
   return l;
 }
 
@@ -202,7 +215,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
 
 std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, int device) {
   reject_fp64_on_gpu(a, "rmsnorm_bwd_workspace_bytes");
-  if (a.shape.rows == 0 || (!a.weight.present() && !a.dbias.present())) return 0;
+  if (a.shape.rows == 0) return 0;
   return plan_backward(a, device, /*load=*/false).workspace;
 }
 
@@ -214,7 +227,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
   if (a.shape.rows == 0 && !param_grads) return;
   rt::Runtime& runtime = rt::Runtime::instance();
   const BwdLaunch l = plan_backward(a, device, /*load=*/true);
-  NK_CHECK(!param_grads || a.shape.rows == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
+  NK_CHECK(l.workspace == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
            "rmsnorm_bwd: argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
            " are needed (ask rmsnorm_bwd_workspace_bytes)");
   NK_CHECK(a.heads <= 65535, "rmsnorm_bwd: argument 'weight' has ", a.heads, " heads; at most 65535 are supported");
@@ -236,25 +249,42 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
     p.dweight_partial = dweight_partial;
     p.dbias_partial = dbias_partial;
     p.weight_offset = a.weight_offset;
+    void* args[] = {&p};
 
     const RowPlan& plan = l.kernels.plan;
-    rt::LaunchConfig cfg;
-    cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, "rmsnorm_bwd");
-    cfg.grid.y = static_cast<unsigned>(a.heads);
-    cfg.block.x = static_cast<unsigned>(plan.threads());
-    if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
-    cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
-    cfg.stream = a.stream;
-    void* args[] = {&p};
-    runtime.launch(l.kernels.rows, cfg, args);
-    if (!plan.row_sums && param_grads) {
-      rt::LaunchConfig col;
-      col.grid.x = checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, "rmsnorm_bwd (columns)");
-      col.grid.y = static_cast<unsigned>(l.parts);
-      col.grid.z = static_cast<unsigned>(a.heads);
-      col.block.x = kColumnThreads;
-      col.stream = a.stream;
-      runtime.launch(l.kernels.columns, col, args);
+    if (plan.split) {
+      // The rows' dot products in column chunks, then dx (and dw/db) per chunk.
+      p.row_dot_partial = ws + l.sums_floats;
+      rt::LaunchConfig dots;
+      dots.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd (row dot products)");
+      dots.block.x = static_cast<unsigned>(plan.tpr);
+      dots.stream = a.stream;
+      runtime.launch(l.kernels.row_dots, dots, args);
+      rt::LaunchConfig rows;
+      rows.grid.x = checked_grid(l.chunks * l.row_ctas, "rmsnorm_bwd");
+      rows.grid.y = static_cast<unsigned>(a.heads);
+      rows.block.x = static_cast<unsigned>(plan.tpr);
+      rows.stream = a.stream;
+      runtime.launch(l.kernels.rows, rows, args);
+    } else {
+      rt::LaunchConfig cfg;
+      cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, "rmsnorm_bwd");
+      cfg.grid.y = static_cast<unsigned>(a.heads);
+      cfg.block.x = static_cast<unsigned>(plan.threads());
+      if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+      cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
+      cfg.stream = a.stream;
+      runtime.launch(l.kernels.rows, cfg, args);
+      if (!plan.row_sums && param_grads) {
+        rt::LaunchConfig col;
+        col.grid.x =
+            checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, "rmsnorm_bwd (columns)");
+        col.grid.y = static_cast<unsigned>(l.parts);
+        col.grid.z = static_cast<unsigned>(a.heads);
+        col.block.x = kColumnThreads;
+        col.stream = a.stream;
+        runtime.launch(l.kernels.columns, col, args);
+      }
     }
   }
   if (!param_grads) return;

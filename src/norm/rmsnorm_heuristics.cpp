@@ -8,8 +8,9 @@
 //    (scripts/profile_rmsnorm.py), the end-to-end time host-bound.
 //  - Backward, rows too long for one CTA's registers: register-resident rows in
 //    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8). Such rows keep
-//    their slices in shared memory instead (the stash, plan_stash below) where
-//    that measured faster; the rest read the row twice (two-pass kernel).
+//    their slices in shared memory instead (the stash, plan_stash below), and
+//    rows beyond what a 2-CTA stash holds (4 without dw/db) are split into
+//    column chunks (plan_split).
 //  - ptxas: every plan here compiles without spills for sm_80/sm_90a/sm_100a
 //    (tests/cpp/test_rmsnorm_kernels.cpp); the register estimates below were
 //    tuned until that held.
@@ -42,14 +43,19 @@ std::int64_t next_pow2(std::int64_t v) {
 // to the two-pass kernel in the same run (d887cec, total backward): bf16
 // N=131072 1161 against 1112 us, N=262144 1230 against 1134, fp32 N=32768 (4
 // CTAs) 2130 against 1960, N=131072 2323 against 2062; 2 CTAs won (bf16
-// N=32768: 805 against 1046). So with dw/db the stash is used up to 2 CTAs.
+// N=32768: 805 against 1046). So with dw/db the stash is used up to 2 CTAs,
+// without up to 4 (fp32 N=32768: 1173 us, 1.09x eager). Longer rows take the
+// split kernels (plan_split): by its traffic (h and dout read twice, dx written
+// once, no column pass) ~2.5 GB against the stash's 1.5 GB plus the column
+// pass's 1 GB for bf16 2048x131072, at copy-like occupancy instead of ~2 TB/s.
+// That choice is by that estimate; it has not been measured on the H200 yet.
 constexpr int kStashThreads = 256;
 constexpr std::int64_t kStashBudget = 72 * 1024;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
 bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
-  const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 16;
+  const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 4;
   for (int c = 1; c <= max_cluster; c *= 2) {
     const int bytes = stash_bytes(in.n, p.vec, c, in.x_bytes, in.dout_bytes);
     if (bytes > kStashBudget) continue;
@@ -63,12 +69,29 @@ bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
   return false;
 }
 
+// Split rows (rmsnorm_bwd_split.cuh), for rows beyond the stash: 256 threads x 4
+// vectors a chunk (16 KB of a 16-bit h per CTA of the dot kernel, eight 16-byte
+// loads in flight per thread in the dx kernel), two CTAs per SM for the dx
+// kernel, whose dw running sums (32 floats) stay in registers. With db as well,
+// 2 vectors: 4 spilled under the 128-register cap of two CTAs per SM (ptxas,
+// every feature on, sm_80 and sm_90a).
+constexpr int kSplitBlocks = 2;
+
+void plan_split(const RowPlanInputs& in, RowPlan& p) {
+  p.split = true;
+  p.split_items = in.dbias ? 2 : 4;
+  p.regs = false;
+  p.row_sums = true;  // the dx kernel sums dw/db: no column pass
+  p.cluster = 1;
+}
+
 }  // namespace
 
 std::string RowPlan::str() const {
   return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
+         " split=" + std::to_string(split ? split_items : 0) +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -101,8 +124,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     const std::int64_t items = std::max<std::int64_t>(1, elems_per_thread / p.vec);
     return next_pow2((nv + items - 1) / items);
   };
-  // The two-pass kernel keeps no row in registers: small CTAs, four per SM, so
-  // that several rows' loads and reductions overlap on each SM.
+  // The forward's two-pass kernel keeps no row in registers: small CTAs, four
+  // per SM, so that several rows' loads and reductions overlap on each SM.
   const int tpr_two_pass = 256;
   const int two_pass_blocks = 4;
   p.cluster = 1;
@@ -130,26 +153,26 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     }
   }
   if (tpr > tpr_max) {
-    const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
-    // Backward register-resident rows run one 512-thread CTA per SM, which waits
-    // on every row's cluster-wide reduction. Measured on H200 against eager
-    // PyTorch (docs/perf/rmsnorm-vs-eager-h200.md): 2-CTA clusters kept up (bf16
-    // N=32768: 1.01x), 4 and 8 did not (fp32 N=32768: 0.58x, bf16 N=131072:
-    // 0.59x), where the two-pass kernel reached 0.82-0.97x.
-    const std::int64_t max_cluster = in.backward ? 2 : 8;
-    if (in.backward && plan_stash(in, p)) {
-      // p.cluster, p.tpr, p.row_sums, p.smem_bytes set by plan_stash.
-    } else if (in.arch >= 90 && cluster <= max_cluster) {
-      p.cluster = static_cast<int>(cluster);
+    if (in.backward) {
+      // Register-resident rows in clusters (one 512-thread CTA per SM, waiting on
+      // every row's cluster-wide reduction) lost to eager beyond 2 CTAs on H200
+      // (fp32 N=32768: 0.58x, bf16 N=131072: 0.59x at 4-8 CTAs): such rows take
+      // the stash or, longer still, the split kernels.
+      if (!plan_stash(in, p)) plan_split(in, p);
     } else {
-      // Two passes over the row. A cluster (where there is one) splits the row
-      // into slices of ~4096 elements, small enough for the second pass to be
-      // served from L2.
-      p.regs = false;
-      p.row_sums = false;
-      p.cluster = in.arch >= 90 ? static_cast<int>(std::clamp<std::int64_t>(next_pow2(in.n / 4096), 1, 8)) : 1;
+      const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
+      if (in.arch >= 90 && cluster <= 8) {
+        p.cluster = static_cast<int>(cluster);
+      } else {
+        // Two passes over the row. A cluster (where there is one) splits the row
+        // into slices of ~4096 elements, small enough for the second pass to be
+        // served from L2.
+        p.regs = false;
+        p.row_sums = false;
+        p.cluster = in.arch >= 90 ? static_cast<int>(std::clamp<std::int64_t>(next_pow2(in.n / 4096), 1, 8)) : 1;
+      }
     }
-    tpr = p.stash ? kStashThreads : p.regs ? tpr_max : tpr_two_pass;
+    tpr = (p.stash || p.split) ? kStashThreads : p.regs ? tpr_max : tpr_two_pass;
   }
   p.tpr = static_cast<int>(tpr);
   // Short rows: several rows per CTA so that a CTA has >= 128-256 threads.
@@ -169,6 +192,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
+  if (p.split) p.min_blocks = kSplitBlocks;
   if (p.stash) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   return p;
 }
@@ -177,6 +201,18 @@ int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_byte
   const std::int64_t nv = n / vec;
   const std::int64_t slice_v = (nv + cluster - 1) / cluster;
   return static_cast<int>(std::min<std::int64_t>(slice_v * vec * (x_bytes + dout_bytes), 1LL << 30));
+}
+
+std::int64_t split_chunks(std::int64_t n, const RowPlan& plan) {
+  const std::int64_t chunk_v = static_cast<std::int64_t>(plan.tpr) * plan.split_items;
+  return (n / plan.vec + chunk_v - 1) / chunk_v;
+}
+
+std::int64_t plan_bwd_split_parts(const RowPlan& plan, std::int64_t n, std::int64_t rows_per_head,
+                                  std::int64_t heads, int sm_count) {
+  const std::int64_t resident = static_cast<std::int64_t>(std::max(sm_count, 1)) * plan.min_blocks;
+  const std::int64_t per_chunk = resident / (split_chunks(n, plan) * heads);
+  return std::clamp<std::int64_t>(per_chunk, 1, std::max<std::int64_t>(rows_per_head, 1));
 }
 
 std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,

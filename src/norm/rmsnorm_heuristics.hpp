@@ -19,6 +19,10 @@ struct RowPlan {
   // Backward, rows too long for registers: the CTA's slice of h and dout kept in
   // shared memory between the two halves of the row, instead of reading it twice.
   bool stash = false;
+  // Backward, rows too long for the stash: split into column chunks of tpr *
+  // split_items vectors (rmsnorm_bwd_split.cuh; two kernels, no cluster).
+  bool split = false;
+  int split_items = 0;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -41,6 +45,13 @@ RowPlan plan_rows(const RowPlanInputs& in);
 // Shared memory the stash of a backward plan needs per CTA: SLICE_V vectors of h
 // and of dout (RowStash in rmsnorm_bwd.cuh).
 int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes);
+
+// Column chunks of a split plan's rows.
+std::int64_t split_chunks(std::int64_t n, const RowPlan& plan);
+
+// Split plans: CTAs per (head, chunk) of the dx kernel, each a strided set of rows.
+std::int64_t plan_bwd_split_parts(const RowPlan& plan, std::int64_t n, std::int64_t rows_per_head,
+                                  std::int64_t heads, int sm_count);
 
 // Backward grid: CTAs (clusters) per head for `rows_per_head` rows on `sm_count` SMs.
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count);

@@ -35,6 +35,13 @@ std::string row_config(const RowPlan& p, std::int64_t n) {
   return os.str();
 }
 
+std::string split_config(const RowPlan& p, std::int64_t n) {
+  std::ostringstream os;
+  os << "nk::SplitConfig<" << n << ", " << p.vec << ", " << p.tpr << ", " << p.split_items << ", " << p.min_blocks
+     << ">";
+  return os.str();
+}
+
 rt::KernelSource make(const std::string& family, const std::string& header, const std::string& entry) {
   ensure_device_headers();
   rt::KernelSource k;
@@ -77,7 +84,13 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
 }
 
 RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
-  RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt};
+  RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt, std::nullopt};
+  if (s.plan.split) {
+    std::ostringstream e;
+    e << "nk::rmsnorm_bwd_dot_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.dout) << ">";
+    out.row_dots = make("rmsnorm_bwd_dot", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+  }
   if (!s.weight && !s.dbias) return out;
   if (!s.plan.row_sums) {
     RmsBwdColumnSpec col;
@@ -103,6 +116,12 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
 
 rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   std::ostringstream e;
+  if (s.plan.split) {
+    e << "nk::rmsnorm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
+      << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ">";
+    return make("rmsnorm_bwd_split", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+  }
   e << "nk::rmsnorm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ", "

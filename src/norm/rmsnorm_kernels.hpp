@@ -54,12 +54,14 @@ inline constexpr int kParamReducePartLanes = 8;
 RowPlan plan_fwd(const RmsFwdSpec& spec, int max_vec, int arch);
 RowPlan plan_bwd(const RmsBwdSpec& spec, int max_vec, int arch);
 
-// Every kernel one backward call launches (spec.plan set): the row kernel, the
-// column pass when the row kernel does not sum dw/db, and the final reduction of
+// Every kernel one backward call launches (spec.plan set): the row kernel (after
+// the dot-product kernel for split plans), the column pass when the row kernel
+// does not sum dw/db, and the final reduction of
 // the partials when there is a dweight or dbias. The CUDA dispatch and
 // ahead-of-time compilation both take their kernels from here.
 struct RmsBwdSources {
   rt::KernelSource rows;
+  std::optional<rt::KernelSource> row_dots;  // split plans: the rows' dot products in column chunks
   std::optional<rt::KernelSource> columns;
   std::optional<rt::KernelSource> param_reduce;
 };

@@ -130,6 +130,8 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     expect_clean(k.rows, what);
     EXPECT_EQ(k.columns.has_value(), !s.plan.row_sums && (c.weight || c.dbias)) << what;
     if (k.columns) expect_clean(*k.columns, what + " (columns)");
+    EXPECT_EQ(k.row_dots.has_value(), s.plan.split) << what;
+    if (k.row_dots) expect_clean(*k.row_dots, what + " (row dots)");
     EXPECT_EQ(k.param_reduce.has_value(), c.weight || c.dbias) << what;
   }
   for (const ParamReduceSpec& r : {ParamReduceSpec{bf16, bf16}, ParamReduceSpec{f32, {}}, ParamReduceSpec{{}, f16}})
@@ -143,31 +145,32 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
   // Backward: short rows keep dw/db sums in the row kernel's registers; rows too
   // long for one CTA's registers keep their slice of h and dout in shared memory
-  // across a cluster (stash) on sm_90, dw/db from the column pass; rows too long even for a
-  // 16-CTA stash, and long rows without clusters, are read twice (two-pass).
+  // across a cluster (the stash: up to 2 CTAs with dw/db, 4 without, dw/db from
+  // the column pass) on sm_90; longer rows, and rows beyond one CTA's registers
+  // without clusters, are split into column chunks (no cluster, dw/db in the
+  // dx kernel).
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a").stash);
-  for (const auto& [n, x] : {std::pair{32768L, bf16}, {131072L, bf16}, {262144L, bf16}, {32768L, f32}}) {
-    const RowPlan p = plan(n, x, true, false, "sm_90a");
+  for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, bf16, true}, {32768L, f32, false}}) {
+    const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
     EXPECT_TRUE(p.stash) << n << " " << p.str();
-    EXPECT_FALSE(p.regs) << n << " " << p.str();
+    EXPECT_FALSE(p.regs || p.split || p.row_sums) << n << " " << p.str();
     EXPECT_LE(p.smem_bytes, 72 * 1024) << n << " " << p.str();
     EXPECT_GE(p.min_blocks, 3) << n << " " << p.str();
-    EXPECT_LE(p.cluster, 16) << n << " " << p.str();
+    EXPECT_LE(p.cluster, grads ? 2 : 4) << n << " " << p.str();
   }
-  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a").row_sums);  // column pass
-  EXPECT_EQ(plan(262144, bf16, true, false, "sm_90a").cluster, 16);
-  // With dw/db (column pass after the row kernel) the stash stops at 2 CTAs.
-  EXPECT_TRUE(plan(32768, bf16, true, false, "sm_90a", 8, true).stash);
-  EXPECT_EQ(plan(32768, bf16, true, false, "sm_90a", 8, true).cluster, 2);
-  EXPECT_FALSE(plan(131072, bf16, true, false, "sm_90a", 8, true).stash);
-  EXPECT_FALSE(plan(32768, f32, true, false, "sm_90a", 4, true).stash);
-  EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").stash);
-  EXPECT_FALSE(plan(262144, f32, true, false, "sm_90a").regs);
-  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").regs);
-  EXPECT_FALSE(plan(262144, bf16, true, false, "sm_80").stash);
-  EXPECT_EQ(plan(262144, bf16, true, false, "sm_80").cluster, 1);
+  for (const auto& [n, x, grads, target] :
+       {std::tuple{131072L, bf16, false, "sm_90a"}, {262144L, bf16, true, "sm_90a"}, {32768L, f32, true, "sm_90a"},
+        {262144L, f32, false, "sm_90a"}, {262144L, bf16, true, "sm_80"}, {32768L, bf16, false, "sm_80"}}) {
+    const RowPlan p = plan(n, x, true, false, target, 8, grads);
+    EXPECT_TRUE(p.split) << n << " " << target << " " << p.str();
+    EXPECT_TRUE(p.row_sums) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
+    EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
+  }
+  EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);  // with db
+  EXPECT_EQ(split_chunks(131072, plan(131072, bf16, true, false, "sm_90a")), 16);
   // The stash's size is what the kernel lays out (RowStash in rmsnorm_bwd.cuh).
   EXPECT_EQ(stash_bytes(131072, 8, 8, 2, 2), 16384 * 4);
   EXPECT_EQ(stash_bytes(100, 4, 1, 4, 2), 100 * 6);
@@ -201,15 +204,22 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
         auto kf = rt().compile(fwd_source(f), Target::parse(target));
         EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
         RmsBwdSpec b;
-        b.plan = plan(n, x, true, false, target);
         b.n = n;
         b.x = x;
         b.weight = w;
         b.dout = x;
         b.dx = x;
-        auto kb = rt().compile(bwd_source(b), Target::parse(target));
-        EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0) << "bwd n=" << n << " " << b.plan.str();
-        kernels += 2;
+        b.plan = plan_bwd(b, 8, arch_of(target));  // as the dispatcher plans it
+        const RmsBwdSources sources = bwd_sources(b);
+        for (const std::optional<normkit::rt::KernelSource>& k :
+             {std::optional(sources.rows), sources.row_dots, sources.columns}) {
+          if (!k) continue;
+          auto kb = rt().compile(*k, Target::parse(target));
+          EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
+              << "bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
+          ++kernels;
+        }
+        ++kernels;
       }
     }
   }

@@ -56,6 +56,8 @@ struct RmsNormBwdParams {
   // fp32 per-CTA partial sums, [parts][heads][N]; parts = gridDim.x / cluster.
   float* dweight_partial;
   float* dbias_partial;
+  // Split plans (rmsnorm_bwd_split.cuh): each row's dot product in column chunks, [rows][chunks].
+  float* row_dot_partial;
   float weight_offset;
 };
 

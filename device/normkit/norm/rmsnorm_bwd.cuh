@@ -20,11 +20,11 @@
 // so that one CTA's loads overlap another's reduction. dw/db then come from the
 // column pass (running sums kept in shared memory next to the stash measured
 // slower on H200: bf16 N=32768 1098 us against ~500 us for the stash alone plus
-// ~250 us for the column pass). Without STASH (rows beyond even that) the row is
-// read twice, the second time mostly from L2.
+// ~250 us for the column pass). Rows beyond what the stash holds well take the
+// split kernels of rmsnorm_bwd_split.cuh.
 #pragma once
 
-#include "normkit/norm/row_engine.cuh"
+#include "normkit/norm/rmsnorm_bwd_row.cuh"
 
 namespace nk {
 
@@ -93,6 +93,7 @@ struct RowStash {
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
+  static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) rmsnorm_bwd_param_kernel computes them.
@@ -133,18 +134,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     const X* h = row_ptr<X>(p.x, p.shape, r);
     const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
 
-    // xhat, g and dout of vector k from its stored values.
-    auto expand = [&](int col, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp, float (&xh)[VEC],
-                      float (&g)[VEC], float (&d)[VEC]) {
-      float w[VEC];
-      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        d[i] = to_float(dp.v[i]);
-        xh[i] = to_float(hp.v[i]) * rstd;
-        g[i] = d[i] * w[i];
-      }
-    };
+    const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head_offset, rstd};
 
     float dot = 0.f;
     for_each_item<Cfg>([&](int k) {
@@ -153,7 +143,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       const Packed<X, VEC> hp = load_packed<VEC>(h + col);
       const Packed<DY, VEC> dp = load_packed<VEC>(dy + col);
       float xh[VEC], g[VEC], d[VEC];
-      expand(col, hp, dp, xh, g, d);
+      row.expand(col, hp, dp, xh, g, d);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
       if constexpr (Cfg::REGS) {
@@ -181,23 +171,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
       if constexpr (Cfg::REGS) {
-        expand(col, h_r[k], dy_r[k], xh, g, d);
-      } else if constexpr (STASH) {
-        expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
+        row.expand(col, h_r[k], dy_r[k], xh, g, d);
       } else {
-        expand(col, load_packed<VEC>(h + col), load_packed<VEC>(dy + col), xh, g, d);
+        row.expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
       }
-      float dx[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) dx[i] = rstd * (g[i] - xh[i] * mean_dot);
-      if constexpr (!is_none<DRO>) {
-        float dro[VEC];
-        load_vec<VEC>(row_ptr<DRO>(p.dresidual_out, p.shape, r) + col, dro);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) dx[i] += dro[i];
-      }
-      store_vec<VEC>(row_ptr_mut<DX>(p.dx, p.shape, r) + col, dx);
-      if constexpr (!is_none<DR>) store_vec<VEC>(row_ptr_mut<DR>(p.dresidual, p.shape, r) + col, dx);
+      row.store_dx(col, xh, g, mean_dot);
     });
   }
 

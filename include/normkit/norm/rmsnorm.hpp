@@ -61,7 +61,7 @@ struct RmsNormBwdArgs {
   void* dweight = nullptr;      // required when weight is present: (heads, N) in weight's dtype
   Param dbias;                  // optional: (heads, N) in its dtype; db = sum of dout
   float weight_offset = 0.f;
-  // Device data with weight or dbias: fp32 scratch of rmsnorm_bwd_workspace_bytes().
+  // Device data: scratch of rmsnorm_bwd_workspace_bytes() bytes (0 when that is 0).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   Device device;
@@ -70,9 +70,10 @@ struct RmsNormBwdArgs {
 
 void rmsnorm_fwd(const RmsNormFwdArgs& args);
 void rmsnorm_bwd(const RmsNormBwdArgs& args);
-// Scratch the backward needs for these arguments on their device (0 for host data
-// and when neither dweight nor dbias is requested). Depends on the shape, dtypes
-// and the device's SM count, never on the data.
+// Scratch the backward needs for these arguments on their device: fp32 partial
+// sums of dw/db, and for very long rows each row's dot product in column chunks.
+// 0 for host data. Depends on the shape, dtypes and the device's SM count, never
+// on the data.
 std::size_t rmsnorm_bwd_workspace_bytes(const RmsNormBwdArgs& args);
 
 // ---------------------------------------------------------------------------

@@ -371,7 +371,7 @@ def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype
             _ptr(weight), _name(weight), heads, rstd.data_ptr(),
             _ptr(dweight) if weight is not None else 0, _ptr(db), _name(db), weight_offset]
     workspace, workspace_bytes = 0, 0
-    if device >= 0 and (weight is not None or db is not None):
+    if device >= 0:
         workspace_bytes = _C.rmsnorm_bwd_workspace_bytes(*args, 0, 0, device, stream)
         if workspace_bytes:
             buffer = torch.empty(workspace_bytes, dtype=torch.uint8, device=x.device)

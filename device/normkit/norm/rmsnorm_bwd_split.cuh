@@ -1,0 +1,145 @@
+// RMSNorm backward for rows longer than a cluster's shared memory holds well
+// (the long-row plans of rmsnorm_heuristics.cpp): two kernels, no clusters.
+//
+// Why it is shaped this way: a row of 131072+ elements spread over a cluster of
+// 8-16 CTAs keeps every SM waiting on cluster-wide barriers (the stash kernel
+// moved ~2 TB/s there on H200, the two-pass kernel less), and dw/db then need a
+// third read of h and dout in the column pass. Here the row is cut into column
+// chunks that are independent until one number, the row's dot product:
+//  1. rmsnorm_bwd_dot_kernel: one CTA per (row, chunk) reads h and dout once and
+//     writes the chunk's sum of g * xhat to row_dot_partial[row][chunk]. Many
+//     small CTAs, no barrier beyond the CTA: a copy-like load pattern.
+//  2. rmsnorm_bwd_split_kernel: a CTA owns one column chunk for a strided set of
+//     rows (persistent over `parts`), adds the row's chunk sums in a fixed order,
+//     writes dx, and keeps its columns' dw/db running sums in registers across
+//     all its rows; param_grad_reduce.cuh adds the [parts][heads][N] partials.
+// HBM traffic: h and dout read twice, dx written once (the stash: once each, but
+// at lower bandwidth), and no column pass. Every sum is in a fixed order, so dx,
+// dw and db are bitwise reproducible.
+#pragma once
+
+#include "normkit/common/reduce.cuh"
+#include "normkit/norm/rmsnorm_bwd_row.cuh"
+
+namespace nk {
+
+// Column chunks of TPR * ITEMS vectors; thread t of a chunk owns its vectors
+// t, t + TPR, ..., so a warp's accesses are coalesced.
+template <int N_, int VEC_, int TPR_, int ITEMS_, int MIN_BLOCKS_>
+struct SplitConfig {
+  static constexpr int N = N_;
+  static constexpr int VEC = VEC_;
+  static constexpr int TPR = TPR_;
+  static constexpr int ITEMS = ITEMS_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int NV = N / VEC;
+  static constexpr int CHUNK_V = TPR * ITEMS;
+  static constexpr int CHUNKS = (NV + CHUNK_V - 1) / CHUNK_V;
+  static_assert(N % VEC == 0, "VEC must divide N");
+  static_assert(TPR % 32 == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR: whole warps, a power of two");
+
+  __device__ static int vector(int chunk, int k) { return chunk * CHUNK_V + k * TPR + static_cast<int>(threadIdx.x); }
+};
+
+template <class Cfg, class X, class W, class DY>
+__global__ void __launch_bounds__(Cfg::TPR) rmsnorm_bwd_dot_kernel(const RmsNormBwdParams p) {
+  constexpr int VEC = Cfg::VEC;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
+  const long long b = blockIdx.x;
+  const int chunk = static_cast<int>(b % Cfg::CHUNKS);
+  const long long r = b / Cfg::CHUNKS;
+  const RmsBwdRow<VEC, X, W, DY, none, none, none> row{p, r, (r % p.shape.heads) * Cfg::N, p.rstd[r]};
+  const X* h = row_ptr<X>(p.x, p.shape, r);
+  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < Cfg::ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (v >= Cfg::NV) continue;
+    const int col = v * VEC;
+    float xh[VEC], g[VEC], d[VEC];
+    row.expand(col, load_packed<VEC>(h + col), load_packed<VEC>(dy + col), xh, g, d);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
+  }
+  dot = row_sum<1, Cfg::TPR, 1>(dot, 0, static_cast<int>(threadIdx.x), reduce_storage);
+  if (threadIdx.x == 0) p.row_dot_partial[r * Cfg::CHUNKS + chunk] = dot;
+}
+
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS>
+__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_kernel(const RmsNormBwdParams p) {
+  constexpr int VEC = Cfg::VEC;
+  constexpr int ITEMS = Cfg::ITEMS;
+  constexpr bool DW = !is_none<W>;
+  const int chunk = static_cast<int>(blockIdx.x % Cfg::CHUNKS);
+  const long long part = blockIdx.x / Cfg::CHUNKS;
+  const long long parts = gridDim.x / Cfg::CHUNKS;
+  const long long heads = p.shape.heads;
+  const long long head = blockIdx.y;
+  const long long rows_per_head = p.shape.rows / heads;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+
+  float dw[DW ? ITEMS : 1][VEC], db[DBIAS ? ITEMS : 1][VEC];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      if constexpr (DW) dw[k][i] = 0.f;
+      if constexpr (DBIAS) db[k][i] = 0.f;
+    }
+
+  for (long long j = part; j < rows_per_head; j += parts) {
+    const long long r = head + heads * j;
+    const X* h = row_ptr<X>(p.x, p.shape, r);
+    const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
+    // All of the thread's loads first: dx may alias nothing here, but the
+    // compiler cannot know, and would otherwise wait for each store.
+    Packed<X, VEC> hp[ITEMS];
+    Packed<DY, VEC> dp[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int v = Cfg::vector(chunk, k);
+      if (v < Cfg::NV) {
+        hp[k] = load_packed<VEC>(h + v * VEC);
+        dp[k] = load_packed<VEC>(dy + v * VEC);
+      }
+    }
+    // The row's dot product from its chunk sums: lane l adds chunks l, l + 32, ...
+    // in order, then a butterfly; every lane ends with the same bits.
+    const float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
+    float dot = 0.f;
+    for (int c = lane; c < Cfg::CHUNKS; c += 32) dot += dots[c];
+    dot = group_sum<32>(dot);
+    const float mean_dot = dot / static_cast<float>(Cfg::N);
+
+    const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head * Cfg::N, p.rstd[r]};
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int v = Cfg::vector(chunk, k);
+      if (v >= Cfg::NV) continue;
+      const int col = v * VEC;
+      float xh[VEC], g[VEC], d[VEC];
+      row.expand(col, hp[k], dp[k], xh, g, d);
+      row.store_dx(col, xh, g, mean_dot);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if constexpr (DW) dw[k][i] += d[i] * xh[i];
+        if constexpr (DBIAS) db[k][i] += d[i];
+      }
+    }
+  }
+
+  const long long base = (part * heads + head) * Cfg::N;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (v >= Cfg::NV) continue;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      if constexpr (DW) p.dweight_partial[base + v * VEC + i] = dw[k][i];
+      if constexpr (DBIAS) p.dbias_partial[base + v * VEC + i] = db[k][i];
+    }
+  }
+}
+
+}  // namespace nk
