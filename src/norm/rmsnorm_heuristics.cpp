@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "normkit/norm/params.cuh"
 #include "normkit/runtime/error.hpp"
 
 namespace normkit::norm::detail {
@@ -204,8 +205,7 @@ int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_byte
 }
 
 std::int64_t split_chunks(std::int64_t n, const RowPlan& plan) {
-  const std::int64_t chunk_v = static_cast<std::int64_t>(plan.tpr) * plan.split_items;
-  return (n / plan.vec + chunk_v - 1) / chunk_v;
+  return nk::split_chunks(n / plan.vec, plan.tpr, plan.split_items);
 }
 
 std::int64_t plan_bwd_split_parts(const RowPlan& plan, std::int64_t n, std::int64_t rows_per_head,

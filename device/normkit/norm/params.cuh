@@ -38,6 +38,18 @@ NK_HOST_DEVICE inline long long row_offset(const RowsParam& t, const RowsShape& 
   return (r / s.rows_inner) * t.stride_outer + (r % s.rows_inner) * t.stride_inner;
 }
 
+// Geometry of split rows (rmsnorm_bwd_split.cuh), shared by the kernels and the
+// host plan: a row of NV vectors is cut into column chunks of TPR * ITEMS
+// vectors; thread t of chunk c owns vectors c * TPR * ITEMS + k * TPR + t for
+// k < ITEMS (those below NV), so a warp's accesses are coalesced and every
+// vector of the row has exactly one owner (tests/cpp/test_rmsnorm_split_geometry.cpp).
+NK_HOST_DEVICE constexpr long long split_chunks(long long nv, int tpr, int items) {
+  return (nv + static_cast<long long>(tpr) * items - 1) / (static_cast<long long>(tpr) * items);
+}
+NK_HOST_DEVICE constexpr long long split_vector(long long chunk, int k, int thread, int tpr, int items) {
+  return chunk * tpr * items + static_cast<long long>(k) * tpr + thread;
+}
+
 struct RmsNormFwdParams {
   RowsShape shape;
   RowsParam x, residual, out, residual_out;

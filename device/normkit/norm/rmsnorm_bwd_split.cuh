@@ -23,8 +23,7 @@
 
 namespace nk {
 
-// Column chunks of TPR * ITEMS vectors; thread t of a chunk owns its vectors
-// t, t + TPR, ..., so a warp's accesses are coalesced.
+// Column chunks of TPR * ITEMS vectors (split_chunks / split_vector in params.cuh).
 template <int N_, int VEC_, int TPR_, int ITEMS_, int MIN_BLOCKS_>
 struct SplitConfig {
   static constexpr int N = N_;
@@ -33,12 +32,13 @@ struct SplitConfig {
   static constexpr int ITEMS = ITEMS_;
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int NV = N / VEC;
-  static constexpr int CHUNK_V = TPR * ITEMS;
-  static constexpr int CHUNKS = (NV + CHUNK_V - 1) / CHUNK_V;
+  static constexpr int CHUNKS = static_cast<int>(split_chunks(NV, TPR, ITEMS));
   static_assert(N % VEC == 0, "VEC must divide N");
   static_assert(TPR % 32 == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR: whole warps, a power of two");
 
-  __device__ static int vector(int chunk, int k) { return chunk * CHUNK_V + k * TPR + static_cast<int>(threadIdx.x); }
+  __device__ static int vector(int chunk, int k) {
+    return static_cast<int>(split_vector(chunk, k, static_cast<int>(threadIdx.x), TPR, ITEMS));
+  }
 };
 
 template <class Cfg, class X, class W, class DY>
