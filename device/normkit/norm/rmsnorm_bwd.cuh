@@ -136,20 +136,34 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
 
     const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head_offset, rstd};
 
+    // REGS: every load of the row first, then the arithmetic (see rmsnorm_fwd.cuh:
+    // loaded and used item by item, the loads were serialized).
+    if constexpr (Cfg::REGS) {
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        const int col = t.column(k);
+        h_r[k] = load_packed<VEC>(h + col);
+        dy_r[k] = load_packed<VEC>(dy + col);
+      });
+    }
     float dot = 0.f;
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       const int col = t.column(k);
-      const Packed<X, VEC> hp = load_packed<VEC>(h + col);
-      const Packed<DY, VEC> dp = load_packed<VEC>(dy + col);
+      Packed<X, VEC> hp;
+      Packed<DY, VEC> dp;
+      if constexpr (Cfg::REGS) {
+        hp = h_r[k];
+        dp = dy_r[k];
+      } else {
+        hp = load_packed<VEC>(h + col);
+        dp = load_packed<VEC>(dy + col);
+      }
       float xh[VEC], g[VEC], d[VEC];
       row.expand(col, hp, dp, xh, g, d);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
-      if constexpr (Cfg::REGS) {
-        h_r[k] = hp;
-        dy_r[k] = dp;
-      } else if constexpr (STASH) {
+      if constexpr (STASH) {
         stash.h[t.slice_vector(k)] = hp;
         stash.dy[t.slice_vector(k)] = dp;
       }

@@ -28,7 +28,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
   const R* res = nullptr;
   if constexpr (!is_none<R>) res = row_ptr<R>(p.residual, p.shape, r);
 
-  float h[Cfg::REGS ? Cfg::ITEMS : 1][VEC];
+  // REGS without a residual: the row stays in registers as loaded (its storage
+  // dtype: half the registers of fp32 for 16-bit data), and all of a thread's
+  // loads are issued before any is used. Loaded and converted item by item, the
+  // compiler reused one load's registers for the next: one 16-byte load in flight
+  // per thread instead of ITEMS (the SASS of 16-bit rows, e.g. bf16 N=131072,
+  // showed it). With a residual, h = x + residual is kept in fp32 as before:
+  // both raw rows spilled under the 64 registers of 1024-thread CTAs.
+  constexpr bool RAW = Cfg::REGS && is_none<R>;
+  constexpr bool H32 = Cfg::REGS && !is_none<R>;
+  Packed<X, VEC> x_raw[RAW ? Cfg::ITEMS : 1];
+  float h[H32 ? Cfg::ITEMS : 1][VEC];
+  if constexpr (RAW) {
+    for_each_item<Cfg>([&](int k) {
+      if (!active || !t.owns(k)) return;
+      x_raw[k] = load_packed<VEC>(x + t.column(k));
+    });
+  }
   auto load_h = [&](int k, float (&v)[VEC]) {
     const int col = t.column(k);
     load_vec<VEC>(x + col, v);
@@ -39,19 +55,33 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
       for (int i = 0; i < VEC; ++i) v[i] += rv[i];
     }
   };
+  // h = x (+ residual) of item k, in fp32. `first`: its first use (pass 1).
+  auto get_h = [&](int k, float (&v)[VEC], bool first) {
+    if constexpr (RAW) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) v[i] = to_float(x_raw[k].v[i]);
+    } else if constexpr (H32) {
+      if (first) {
+        load_h(k, v);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) h[k][i] = v[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[i] = h[k][i];
+      }
+    } else {
+      load_h(k, v);
+    }
+  };
 
   float sum_sq = 0.f;
   for_each_item<Cfg>([&](int k) {
     if (!active || !t.owns(k)) return;
     float v[VEC];
-    load_h(k, v);
+    get_h(k, v, true);
     if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) sum_sq += v[i] * v[i];
-    if constexpr (Cfg::REGS) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) h[k][i] = v[i];
-    }
   });
 
   sum_sq = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(sum_sq, t.sub, t.lane, reduce_storage);
@@ -68,12 +98,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
     if (!t.owns(k)) return;
     const int col = t.column(k);
     float v[VEC];
-    if constexpr (Cfg::REGS) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = h[k][i];
-    } else {
-      load_h(k, v);
-    }
+    get_h(k, v, false);
     float w[VEC], b[VEC];
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
