@@ -90,6 +90,11 @@ struct RowStash {
   }
 };
 
+// Stash kernels load this many items of h and dout (16-byte vectors each) before
+// using them: 8 loads in flight per thread, 32 registers, within the 85-register
+// cap of three 256-thread CTAs per SM.
+inline constexpr int kStashGroup = 4;
+
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
@@ -136,29 +141,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
 
     const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head_offset, rstd};
 
-    // REGS: every load of the row first, then the arithmetic (see rmsnorm_fwd.cuh:
-    // loaded and used item by item, the loads were serialized).
-    if constexpr (Cfg::REGS) {
-      for_each_item<Cfg>([&](int k) {
-        if (!active || !t.owns(k)) return;
-        const int col = t.column(k);
-        h_r[k] = load_packed<VEC>(h + col);
-        dy_r[k] = load_packed<VEC>(dy + col);
-      });
-    }
+    // Pass 1: the row's dot product (and dw/db sums, or the stash). Item k's
+    // arithmetic on its loaded vectors:
     float dot = 0.f;
-    for_each_item<Cfg>([&](int k) {
-      if (!active || !t.owns(k)) return;
+    auto consume = [&](int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp) {
       const int col = t.column(k);
-      Packed<X, VEC> hp;
-      Packed<DY, VEC> dp;
-      if constexpr (Cfg::REGS) {
-        hp = h_r[k];
-        dp = dy_r[k];
-      } else {
-        hp = load_packed<VEC>(h + col);
-        dp = load_packed<VEC>(dy + col);
-      }
       float xh[VEC], g[VEC], d[VEC];
       row.expand(col, hp, dp, xh, g, d);
 #pragma unroll
@@ -174,7 +161,41 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
           db_acc[k][i] += d[i];
         }
       }
-    });
+    };
+    // Loads are issued before the arithmetic that uses them: every load of the
+    // row (REGS), or STASH_GROUP items at a time. Loaded and used item by item,
+    // the compiler reused one load's registers for the next and serialized them
+    // (see rmsnorm_fwd.cuh).
+    if constexpr (Cfg::REGS) {
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        const int col = t.column(k);
+        h_r[k] = load_packed<VEC>(h + col);
+        dy_r[k] = load_packed<VEC>(dy + col);
+      });
+      for_each_item<Cfg>([&](int k) {
+        if (active && t.owns(k)) consume(k, h_r[k], dy_r[k]);
+      });
+    } else {
+      constexpr int G = kStashGroup;
+      for (int k0 = 0; k0 < Cfg::ITEMS; k0 += G) {
+        Packed<X, VEC> hg[G];
+        Packed<DY, VEC> dg[G];
+#pragma unroll
+        for (int q = 0; q < G; ++q) {
+          const int k = k0 + q;
+          if (k < Cfg::ITEMS && active && t.owns(k)) {
+            hg[q] = load_packed<VEC>(h + t.column(k));
+            dg[q] = load_packed<VEC>(dy + t.column(k));
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < G; ++q) {
+          const int k = k0 + q;
+          if (k < Cfg::ITEMS && active && t.owns(k)) consume(k, hg[q], dg[q]);
+        }
+      }
+    }
 
     dot = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot, t.sub, t.lane, reduce_storage);
     const float mean_dot = dot / static_cast<float>(Cfg::N);

@@ -33,12 +33,16 @@ struct SplitConfig {
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int NV = N / VEC;
   static constexpr int CHUNKS = static_cast<int>(split_chunks(NV, TPR, ITEMS));
+  // Every chunk full (the usual power-of-two N): no bounds test, and so no branch
+  // between a load and its use for the compiler to schedule around.
+  static constexpr bool FULL = NV % (TPR * ITEMS) == 0;
   static_assert(N % VEC == 0, "VEC must divide N");
   static_assert(TPR % 32 == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR: whole warps, a power of two");
 
   __device__ static int vector(int chunk, int k) {
     return static_cast<int>(split_vector(chunk, k, static_cast<int>(threadIdx.x), TPR, ITEMS));
   }
+  __device__ static bool in_row(int v) { return FULL || v < NV; }
 };
 
 template <class Cfg, class X, class W, class DY>
@@ -51,14 +55,25 @@ __global__ void __launch_bounds__(Cfg::TPR) rmsnorm_bwd_dot_kernel(const RmsNorm
   const RmsBwdRow<VEC, X, W, DY, none, none, none> row{p, r, (r % p.shape.heads) * Cfg::N, p.rstd[r]};
   const X* h = row_ptr<X>(p.x, p.shape, r);
   const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
+  // Every load first, then the arithmetic (loaded and used item by item, the
+  // compiler serialized the loads on reused registers).
+  Packed<X, VEC> hp[Cfg::ITEMS];
+  Packed<DY, VEC> dp[Cfg::ITEMS];
+#pragma unroll
+  for (int k = 0; k < Cfg::ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (Cfg::in_row(v)) {
+      hp[k] = load_packed<VEC>(h + v * VEC);
+      dp[k] = load_packed<VEC>(dy + v * VEC);
+    }
+  }
   float dot = 0.f;
 #pragma unroll
   for (int k = 0; k < Cfg::ITEMS; ++k) {
     const int v = Cfg::vector(chunk, k);
-    if (v >= Cfg::NV) continue;
-    const int col = v * VEC;
+    if (!Cfg::in_row(v)) continue;
     float xh[VEC], g[VEC], d[VEC];
-    row.expand(col, load_packed<VEC>(h + col), load_packed<VEC>(dy + col), xh, g, d);
+    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
   }
@@ -92,14 +107,14 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
     const long long r = head + heads * j;
     const X* h = row_ptr<X>(p.x, p.shape, r);
     const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
-    // All of the thread's loads first: dx may alias nothing here, but the
-    // compiler cannot know, and would otherwise wait for each store.
+    // All of the thread's loads first: dx aliases neither input, but the compiler
+    // cannot know that, and would otherwise wait for each store.
     Packed<X, VEC> hp[ITEMS];
     Packed<DY, VEC> dp[ITEMS];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int v = Cfg::vector(chunk, k);
-      if (v < Cfg::NV) {
+      if (Cfg::in_row(v)) {
         hp[k] = load_packed<VEC>(h + v * VEC);
         dp[k] = load_packed<VEC>(dy + v * VEC);
       }
@@ -116,7 +131,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int v = Cfg::vector(chunk, k);
-      if (v >= Cfg::NV) continue;
+      if (!Cfg::in_row(v)) continue;
       const int col = v * VEC;
       float xh[VEC], g[VEC], d[VEC];
       row.expand(col, hp[k], dp[k], xh, g, d);
@@ -133,7 +148,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int v = Cfg::vector(chunk, k);
-    if (v >= Cfg::NV) continue;
+    if (!Cfg::in_row(v)) continue;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       if constexpr (DW) p.dweight_partial[base + v * VEC + i] = dw[k][i];
