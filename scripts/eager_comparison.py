@@ -40,25 +40,31 @@ def bench(fn):
     return do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3  # us
 
 
-def loop_us(fns, calls=200, rounds=3):
-    """Per-call time of `calls` back-to-back calls between two CUDA events, for each
-    of `fns`, interleaved over `rounds` rounds (median per fn). This is what an eager
-    loop sees: host time where the host is the bottleneck, which do_bench's L2
-    clearing partly hides; the inputs stay in L2, for every implementation alike."""
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
+def loop_us(normkit_fn, eager_fn, calls=100, rounds=9):
+    """Per-call time of `calls` back-to-back calls between two CUDA events, for
+    normkit and eager in turn, over `rounds` rounds (the order alternating from
+    round to round). This is what an eager loop sees: host time where the host is
+    the bottleneck, which do_bench's L2 clearing partly hides; the inputs stay in
+    L2, for both alike. Returns the median time of each and the median of the
+    rounds' eager/normkit ratios: each ratio pairs two timings taken back to back,
+    so drift of the machine's host speed over the run (10-15% here) cancels out
+    of it, where a ratio of medians from separate moments keeps it."""
+    fns = (normkit_fn, eager_fn)
+    times = ([], [])
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
             for _ in range(10):
-                fn()
+                fns[i]()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             start.record()
             for _ in range(calls):
-                fn()
+                fns[i]()
             end.record()
             end.synchronize()
             times[i].append(start.elapsed_time(end) * 1e3 / calls)
-    return [statistics.median(t) for t in times]
+    ratios = [e / n for n, e in zip(*times)]
+    return statistics.median(times[0]), statistics.median(times[1]), statistics.median(ratios)
 
 
 def copy_gbps():
@@ -121,15 +127,15 @@ def main():
         # loop sees them; the verdict for them is the loop's.
         if row["fwd_eager_us"] < HOST_BOUND_US:
             with torch.no_grad():
-                row["fwd_loop_normkit_us"], row["fwd_loop_eager_us"] = loop_us(
-                    [lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6)])
+                (row["fwd_loop_normkit_us"], row["fwd_loop_eager_us"],
+                 row["fwd_loop_speedup_vs_eager"]) = loop_us(
+                    lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6))
         if row["bwd_eager_us"] < HOST_BOUND_US:
-            row["bwd_loop_normkit_us"], row["bwd_loop_eager_us"] = loop_us(
-                [lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
-                 lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True)])
+            (row["bwd_loop_normkit_us"], row["bwd_loop_eager_us"],
+             row["bwd_loop_speedup_vs_eager"]) = loop_us(
+                lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
         for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
-            if f"{d}_loop_normkit_us" in row:
-                row[f"{d}_loop_speedup_vs_eager"] = row[f"{d}_loop_eager_us"] / row[f"{d}_loop_normkit_us"]
             row[f"{d}_bytes"] = b
             row[f"{d}_normkit_GBps"] = b / row[f"{d}_normkit_us"] / 1e3
             row[f"{d}_eager_GBps"] = b / row[f"{d}_eager_us"] / 1e3
@@ -154,9 +160,10 @@ def main():
         "command": "python " + " ".join(sys.argv), "copy_GBps": copy,
         "method": "triton.testing.do_bench median (CUDA events, L2 cleared); fwd under no_grad; bwd = "
                   "autograd.grad(out, (x, weight), dy) on a retained graph",
-        "loop_method": f"shapes where eager's do_bench time is under {HOST_BOUND_US} us: per-call time of 200 "
-                       "back-to-back calls between CUDA events, normkit and eager interleaved, median of 3 rounds "
-                       "(*_loop_* fields); the verdict for those shapes is the loop's",
+        "loop_method": f"shapes where eager's do_bench time is under {HOST_BOUND_US} us: per-call time of 100 "
+                       "back-to-back calls between CUDA events, normkit and eager in turn (order alternating), 9 "
+                       "rounds; *_loop_*_us: median time, *_loop_speedup_vs_eager: median of the rounds' paired "
+                       "eager/normkit ratios; the verdict for those shapes is the loop's",
     }
     with open(os.path.join(args.out, "eager-comparison.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

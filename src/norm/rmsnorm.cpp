@@ -71,13 +71,15 @@ int resolve_bwd_device(const RmsNormBwdArgs& a) {
 }
 }  // namespace
 
-void rmsnorm_bwd(const RmsNormBwdArgs& args) {
+void rmsnorm_bwd(const RmsNormBwdArgs& args) { rmsnorm_bwd(args, nullptr, nullptr); }
+
+void rmsnorm_bwd(const RmsNormBwdArgs& args, WorkspaceAllocator allocate, void* context) {
   const RmsNormBwdArgs a = detail::checked(args);
   const int device = resolve_bwd_device(a);
   if (device == kHost) {
     detail::rmsnorm_bwd_cpu(a);
   } else {
-    detail::rmsnorm_bwd_cuda(a, device);
+    detail::rmsnorm_bwd_cuda(a, device, allocate, context);
   }
 }
 

@@ -219,14 +219,19 @@ std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, int device
   return plan_backward(a, device, /*load=*/false).workspace;
 }
 
-void rmsnorm_bwd_cuda(const RmsNormBwdArgs& a, int device) {
-  reject_fp64_on_gpu(a);
+void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator allocate, void* context) {
+  reject_fp64_on_gpu(call);
+  RmsNormBwdArgs a = call;
   const bool param_grads = a.weight.present() || a.dbias.present();
   // With no rows the sums are zero: dweight/dbias are still written (by the
   // reduction over zero parts), dx has nothing to hold.
   if (a.shape.rows == 0 && !param_grads) return;
   rt::Runtime& runtime = rt::Runtime::instance();
   const BwdLaunch l = plan_backward(a, device, /*load=*/true);
+  if (l.workspace > 0 && a.workspace == nullptr && allocate != nullptr) {
+    a.workspace = allocate(l.workspace, context);
+    a.workspace_bytes = l.workspace;
+  }
   NK_CHECK(l.workspace == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
            "rmsnorm_bwd: argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
            " are needed (ask rmsnorm_bwd_workspace_bytes)");

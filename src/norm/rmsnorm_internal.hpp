@@ -42,7 +42,9 @@ void reject_fp64_on_gpu(const RmsNormBwdArgs& args, const char* op = "rmsnorm_bw
 
 // Device data on CUDA ordinal `device`, asynchronous on args.stream; args checked.
 void rmsnorm_fwd_cuda(const RmsNormFwdArgs& args, int device);
-void rmsnorm_bwd_cuda(const RmsNormBwdArgs& args, int device);
+// `allocate` (may be null) supplies the workspace when args.workspace is null.
+void rmsnorm_bwd_cuda(const RmsNormBwdArgs& args, int device, WorkspaceAllocator allocate = nullptr,
+                      void* context = nullptr);
 std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& args, int device);
 
 }  // namespace normkit::norm::detail

@@ -33,15 +33,7 @@ const char* rmsnorm_fwd(const nn::RmsNormFwdArgs* args) noexcept {
 }
 
 const char* rmsnorm_bwd(const nn::RmsNormBwdArgs* args, void* (*allocate)(std::size_t, void*), void* context) noexcept {
-  return guarded([&] {
-    if (args->workspace != nullptr || allocate == nullptr) return nn::rmsnorm_bwd(*args);
-    const std::size_t bytes = nn::rmsnorm_bwd_workspace_bytes(*args);
-    if (bytes == 0) return nn::rmsnorm_bwd(*args);
-    nn::RmsNormBwdArgs a = *args;
-    a.workspace = allocate(bytes, context);
-    a.workspace_bytes = bytes;
-    nn::rmsnorm_bwd(a);
-  });
+  return guarded([&] { nn::rmsnorm_bwd(*args, allocate, context); });
 }
 
 const normkit::capi::Table table{

@@ -260,11 +260,32 @@ TEST_P(RmsNormGpu, ForwardAndBackwardMatchTheCpuFallback) {
     first_db = ddb.download_checked(cdb.size(), 0, "dbias");
     expect_close(first_db, cdb, *c.bias, pcount, sum_scale, "dbias");
   }
-  // Bitwise reproducible: the same call again gives the same bits.
+  // Bitwise reproducible: the same call again gives the same bits; the second
+  // rerun takes its workspace from an allocator (one call, of exactly the
+  // queried size, and none when no workspace is needed).
+  struct Alloc {
+    DeviceBuffer* buffer;
+    std::size_t bytes = 0;
+    int calls = 0;
+  } alloc{&ws};
   for (int run = 0; run < 2; ++run) {
     ddw.poison();
     ddb.poison();
-    rmsnorm_bwd(ga);
+    if (run == 0) {
+      rmsnorm_bwd(ga);
+    } else {
+      RmsNormBwdArgs no_ws = ga;
+      no_ws.workspace = nullptr;
+      no_ws.workspace_bytes = 0;
+      rmsnorm_bwd(no_ws, [](std::size_t bytes, void* context) -> void* {
+        auto* a = static_cast<Alloc*>(context);
+        a->bytes = bytes;
+        ++a->calls;
+        return a->buffer->data();
+      }, &alloc);
+      EXPECT_EQ(alloc.calls, ws_bytes > 0 ? 1 : 0);
+      EXPECT_EQ(alloc.bytes, ws_bytes);
+    }
     NK_CU_CHECK(rt::driver().cuStreamSynchronize(nullptr));
     if (c.weight) {
       EXPECT_EQ(ddw.download_checked(cdw.size(), 0, "dweight"), first_dw) << "dweight differs on rerun";

@@ -44,6 +44,24 @@ __device__ __forceinline__ float to_float(f16 v) {
   return f;
 }
 
+// to_float for a value a kernel keeps raw in registers and widens a second time
+// (the epilogue after the row reduction). The compiler merges two identical C++
+// shifts of bf16 and then keeps every widened fp32 value live across the
+// reduction: twice the registers of the raw row, which on 1024-thread CTAs (64
+// registers) deferred half of the thread's loads (SASS of the bf16 N=131072
+// forward). An asm shift is a different expression, so it is recomputed. f16's
+// widening is already an asm cvt and is not merged.
+template <class T>
+__device__ __forceinline__ float to_float_again(T v) {
+  return to_float(v);
+}
+template <>
+__device__ __forceinline__ float to_float_again<bf16>(bf16 v) {
+  unsigned u;
+  asm("shl.b32 %0, %1, 16;" : "=r"(u) : "r"(static_cast<unsigned>(v.bits)));
+  return __uint_as_float(u);
+}
+
 template <class T>
 __device__ __forceinline__ T from_float(float v);
 template <>

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
   auto get_h = [&](int k, float (&v)[VEC], bool first) {
     if constexpr (RAW) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = to_float(x_raw[k].v[i]);
+      for (int i = 0; i < VEC; ++i) v[i] = first ? to_float(x_raw[k].v[i]) : to_float_again(x_raw[k].v[i]);
     } else if constexpr (H32) {
       if (first) {
         load_h(k, v);

@@ -70,6 +70,14 @@ struct RmsNormBwdArgs {
 
 void rmsnorm_fwd(const RmsNormFwdArgs& args);
 void rmsnorm_bwd(const RmsNormBwdArgs& args);
+// rmsnorm_bwd taking its scratch from `allocate` when args.workspace is null:
+// `allocate(bytes, context)` is called at most once, with the bytes
+// rmsnorm_bwd_workspace_bytes() would return, and only when they are non-zero;
+// it returns memory that stays valid until the launched kernels have run
+// (stream-ordered) or throws. One validation and one plan per call, where a size
+// query and a call take two: the front ends' hot path.
+using WorkspaceAllocator = void* (*)(std::size_t bytes, void* context);
+void rmsnorm_bwd(const RmsNormBwdArgs& args, WorkspaceAllocator allocate, void* context);
 // Scratch the backward needs for these arguments on their device: fp32 partial
 // sums of dw/db, and for very long rows each row's dot product in column chunks.
 // 0 for host data. Depends on the shape, dtypes and the device's SM count, never
