@@ -29,6 +29,42 @@ __device__ __forceinline__ Packed<T, VEC> load_packed(const T* p) {
   return *reinterpret_cast<const Packed<T, VEC>*>(p);
 }
 
+// A vector a kernel keeps raw in registers (its storage dtype) and widens where it
+// uses it: get() the first time, get_again() after (see to_float_again). bf16
+// pairs are held as 32-bit words and widened with one shift or one mask each.
+// Held as 16-bit elements, the compiler unpacked every element into a register of
+// its own at the load (twice the registers of the raw data, plus a branch around
+// each item's load; the bf16 N=131072 forward's SASS). f16 pairs widen from either
+// half of a word in one instruction already.
+template <class T, int VEC, bool WORDS = (sizeof(T) == 2 && VEC >= 2)>
+struct RawVec {
+  Packed<T, VEC> pk;
+  __device__ __forceinline__ void load(const T* p) { pk = *reinterpret_cast<const Packed<T, VEC>*>(p); }
+  __device__ __forceinline__ float get(int i) const { return to_float(pk.v[i]); }
+  __device__ __forceinline__ float get_again(int i) const { return to_float_again(pk.v[i]); }
+};
+
+template <int VEC>
+struct RawVec<bf16, VEC, true> {
+  Packed<unsigned, VEC / 2> pk;  // element 2j in the low half of word j
+  __device__ __forceinline__ void load(const bf16* p) {
+    pk = *reinterpret_cast<const Packed<unsigned, VEC / 2>*>(p);
+  }
+  __device__ __forceinline__ float get(int i) const {
+    const unsigned w = pk.v[i / 2];
+    return __uint_as_float(i % 2 == 0 ? w << 16 : w & 0xffff0000u);
+  }
+  __device__ __forceinline__ float get_again(int i) const {
+    unsigned u;
+    if (i % 2 == 0) {
+      asm("shl.b32 %0, %1, 16;" : "=r"(u) : "r"(pk.v[i / 2]));
+    } else {
+      asm("and.b32 %0, %1, 0xffff0000;" : "=r"(u) : "r"(pk.v[i / 2]));
+    }
+    return __uint_as_float(u);
+  }
+};
+
 template <int VEC, class T>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Packed<T, VEC> pk;

@@ -37,12 +37,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
   // both raw rows spilled under the 64 registers of 1024-thread CTAs.
   constexpr bool RAW = Cfg::REGS && is_none<R>;
   constexpr bool H32 = Cfg::REGS && !is_none<R>;
-  Packed<X, VEC> x_raw[RAW ? Cfg::ITEMS : 1];
+  RawVec<X, VEC> x_raw[RAW ? Cfg::ITEMS : 1];
   float h[H32 ? Cfg::ITEMS : 1][VEC];
   if constexpr (RAW) {
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
-      x_raw[k] = load_packed<VEC>(x + t.column(k));
+      x_raw[k].load(x + t.column(k));
     });
   }
   auto load_h = [&](int k, float (&v)[VEC]) {
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
   auto get_h = [&](int k, float (&v)[VEC], bool first) {
     if constexpr (RAW) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = first ? to_float(x_raw[k].v[i]) : to_float_again(x_raw[k].v[i]);
+      for (int i = 0; i < VEC; ++i) v[i] = first ? x_raw[k].get(i) : x_raw[k].get_again(i);
     } else if constexpr (H32) {
       if (first) {
         load_h(k, v);
