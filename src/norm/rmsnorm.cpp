@@ -131,12 +131,24 @@ std::vector<rt::KernelSource> variant_sources(const RmsNormVariant& v, const std
   s.dx = v.out.value_or(v.x);
   s.dresidual = v.residual_out;
   s.dbias = v.bias;
-  s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
-  detail::RmsBwdSources sources = detail::bwd_sources(s);
-  std::vector<rt::KernelSource> out{std::move(sources.rows)};
-  if (sources.row_dots) out.push_back(std::move(*sources.row_dots));
-  if (sources.columns) out.push_back(std::move(*sources.columns));
-  if (sources.param_reduce) out.push_back(std::move(*sources.param_reduce));
+  // Calls with few rows may take another plan (RowPlanInputs::few_rows): both
+  // plans' kernels, each once.
+  std::vector<rt::KernelSource> out;
+  auto add = [&](std::optional<rt::KernelSource> k) {
+    if (!k) return;
+    for (const rt::KernelSource& o : out)
+      if (o.entry == k->entry && o.source == k->source) return;
+    out.push_back(std::move(*k));
+  };
+  for (const bool few_rows : {false, true}) {
+    s.few_rows = few_rows;
+    s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
+    detail::RmsBwdSources sources = detail::bwd_sources(s);
+    add(std::move(sources.rows));
+    add(std::move(sources.row_dots));
+    add(std::move(sources.columns));
+    add(std::move(sources.param_reduce));
+  }
   return out;
 }
 

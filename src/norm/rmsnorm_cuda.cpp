@@ -146,6 +146,9 @@ struct BwdLaunch {
   std::int64_t chunks = 0;    // split plans: column chunks of a row
   std::size_t sums_floats = 0;  // the dw/db partials at the start of the workspace
   std::size_t workspace = 0;
+  // One row-kernel CTA (cluster) per head summing dw in registers, no dbias: it
+  // writes dweight itself (RmsNormBwdParams::dweight_final); no reduction launch.
+  bool dweight_direct = false;
 };
 
 // Plan (and, when `load`, the loaded kernels) of a backward call.
@@ -164,13 +167,14 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   spec.dx = a.dx.dtype;
   spec.dresidual = dtype_if(a.dresidual);
   spec.dbias = dtype_if(a.dbias);
+  spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsElements;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
                     dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
                         dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
                         dtype_code(spec.dresidual) << 20 | dtype_code(spec.dbias) << 24,
-                    0};
+                    spec.few_rows ? 1 : 0};
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
@@ -203,7 +207,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
                                                       found->sm_count, kColumnThreads);
     }
   }
-  const std::size_t sums = (a.weight.present() ? 1 : 0) + (a.dbias.present() ? 1 : 0);
+  l.dweight_direct = a.weight.present() && !a.dbias.present() && plan.row_sums && !plan.split && l.parts == 1;
+  const std::size_t sums = (a.weight.present() && !l.dweight_direct ? 1 : 0) + (a.dbias.present() ? 1 : 0);
   l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                   static_cast<std::size_t>(a.shape.n);
   const std::size_t dot_floats = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
@@ -238,8 +243,8 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
   NK_CHECK(a.heads <= 65535, "rmsnorm_bwd: argument 'weight' has ", a.heads, " heads; at most 65535 are supported");
   const std::size_t per_sum = static_cast<std::size_t>(l.parts) * a.heads * a.shape.n;
   float* ws = static_cast<float*>(a.workspace);
-  float* dweight_partial = a.weight.present() ? ws : nullptr;
-  float* dbias_partial = a.dbias.present() ? ws + (a.weight.present() ? per_sum : 0) : nullptr;
+  float* dweight_partial = a.weight.present() && !l.dweight_direct ? ws : nullptr;
+  float* dbias_partial = a.dbias.present() ? ws + (dweight_partial != nullptr ? per_sum : 0) : nullptr;
 
   if (a.shape.rows > 0) {
     nk::RmsNormBwdParams p{};
@@ -253,6 +258,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
     p.rstd = a.rstd;
     p.dweight_partial = dweight_partial;
     p.dbias_partial = dbias_partial;
+    p.dweight_final = l.dweight_direct ? a.dweight : nullptr;
     p.weight_offset = a.weight_offset;
     void* args[] = {&p};
 
@@ -292,7 +298,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
       }
     }
   }
-  if (!param_grads) return;
+  if (!param_grads || l.dweight_direct) return;
 
   nk::ParamGradReduceParams rp{};
   rp.dweight_partial = dweight_partial;

@@ -86,6 +86,23 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
   p.cluster = 1;
 }
 
+// Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on
+// the H200, where eager's do_bench time is under 100 us): register-resident rows
+// in a cluster with dw/db summed in registers are two launches (row kernel,
+// reduction) where the stash is three (and its dynamic shared memory), and a
+// back-to-back loop of such calls measured 2-6% slower than eager with the stash
+// (cee9b14: bf16/fp16 N=32768, paired ratios 0.94-0.97). Their bandwidth is the
+// 0.58x of clusters noted above, which these row counts do not reach.
+bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, RowPlan& p) {
+  if (!in.few_rows || !in.param_grads || in.arch < 90) return false;
+  const std::int64_t cluster = next_pow2((tpr_sums + tpr_max - 1) / tpr_max);
+  if (cluster > 8) return false;  // beyond the portable cluster size (N > 65536 for 16-bit rows)
+  p.cluster = static_cast<int>(cluster);
+  p.regs = true;
+  p.row_sums = true;
+  return true;
+}
+
 }  // namespace
 
 std::string RowPlan::str() const {
@@ -144,7 +161,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // dw (and db) running sums for its columns across all rows it visits.
     tpr = threads_for(in.dbias ? 8 : 16);
     tpr_max = 512;
-    if (tpr > tpr_max) {
+    if (tpr > tpr_max && plan_few_rows(in, tpr, tpr_max, p)) {
+      tpr = tpr_max;  // the cluster holds the row, dw/db sums included
+    } else if (tpr > tpr_max) {
       // Longer rows: registers go to the row alone (128 bytes of h + dout per
       // thread; 256 bytes made ptxas spill under the 128-register cap of 512
       // threads, and 1024 threads' 64-register cap spilled at 128) and dw/db

@@ -38,7 +38,13 @@ struct RowPlanInputs {
   int dout_bytes = 2;       // backward: element size of dout (the stash holds h and dout)
   bool param_grads = false; // backward: dw or db is computed (the column pass follows long rows)
   int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
+  // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
+  // the host's: a plan with fewer launches beats one with more bandwidth there.
+  bool few_rows = false;
 };
+
+// Backward calls up to this many elements count as few rows (RowPlanInputs).
+inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
 
 RowPlan plan_rows(const RowPlanInputs& in);
 

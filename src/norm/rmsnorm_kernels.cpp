@@ -80,6 +80,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.dbias = s.dbias.has_value();
   in.param_grads = s.weight.has_value() || s.dbias.has_value();
   in.arch = arch;
+  in.few_rows = s.few_rows;
   return plan_rows(in);
 }
 

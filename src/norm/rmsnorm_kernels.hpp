@@ -31,6 +31,7 @@ struct RmsBwdSpec {
   DType dx = DType::kBFloat16;
   std::optional<DType> dresidual;
   std::optional<DType> dbias;   // dbias summed (in this dtype) when present
+  bool few_rows = false;        // plan for a call of few rows (RowPlanInputs::few_rows)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

@@ -114,7 +114,9 @@ TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
 
 TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
   for (const BwdCase& c : kBwd) {
+   for (const bool few_rows : {false, true}) {
     RmsBwdSpec s;
+    s.few_rows = few_rows;
     s.n = c.n;
     s.x = c.x;
     s.weight = c.weight;
@@ -133,6 +135,7 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     EXPECT_EQ(k.row_dots.has_value(), s.plan.split) << what;
     if (k.row_dots) expect_clean(*k.row_dots, what + " (row dots)");
     EXPECT_EQ(k.param_reduce.has_value(), c.weight || c.dbias) << what;
+   }
   }
   for (const ParamReduceSpec& r : {ParamReduceSpec{bf16, bf16}, ParamReduceSpec{f32, {}}, ParamReduceSpec{{}, f16}})
     expect_clean(param_reduce_source(r), "param_grad_reduce");
@@ -170,6 +173,32 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
   }
   EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);  // with db
+  // Few rows with dw/db (host-bound calls) on sm_90: register-resident rows in a
+  // cluster with the sums in registers (two launches), up to 8 CTAs; without
+  // dw/db, without clusters or beyond 8 CTAs, the plans above.
+  auto few = [](std::int64_t n, DType x, bool dbias, bool grads, const std::string& target) {
+    RowPlanInputs in;
+    in.n = n;
+    in.max_vec = 8;
+    in.x_bytes = in.dout_bytes = static_cast<int>(dtype_size(x));
+    in.backward = true;
+    in.dbias = dbias;
+    in.param_grads = grads;
+    in.arch = arch_of(target);
+    in.few_rows = true;
+    return plan_rows(in);
+  };
+  for (const auto& [n, x, dbias, cluster] : {std::tuple{32768L, bf16, false, 4}, {32768L, bf16, true, 8},
+                                             {32768L, f32, false, 4}, {65536L, f16, false, 8}, {16384L, bf16, false, 2}}) {
+    const RowPlan p = few(n, x, dbias, true, "sm_90a");
+    EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, cluster) << n << " " << p.str();
+    EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
+  }
+  EXPECT_TRUE(few(32768, bf16, false, false, "sm_90a").stash);  // no dw/db: the stash is one launch already
+  EXPECT_TRUE(few(32768, bf16, false, true, "sm_80").split);
+  EXPECT_TRUE(few(131072, bf16, false, true, "sm_90a").split);
+  EXPECT_EQ(few(4096, bf16, false, true, "sm_90a").str(), plan(4096, bf16, true, false, "sm_90a", 8, true).str());
   EXPECT_EQ(split_chunks(131072, plan(131072, bf16, true, false, "sm_90a")), 16);
   // The stash's size is what the kernel lays out (RowStash in rmsnorm_bwd.cuh).
   EXPECT_EQ(stash_bytes(131072, 8, 8, 2, 2), 16384 * 4);
@@ -203,21 +232,30 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
         f.store_rstd = true;
         auto kf = rt().compile(fwd_source(f), Target::parse(target));
         EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
-        RmsBwdSpec b;
-        b.n = n;
-        b.x = x;
-        b.weight = w;
-        b.dout = x;
-        b.dx = x;
-        b.plan = plan_bwd(b, 8, arch_of(target));  // as the dispatcher plans it
-        const RmsBwdSources sources = bwd_sources(b);
-        for (const std::optional<normkit::rt::KernelSource>& k :
-             {std::optional(sources.rows), sources.row_dots, sources.columns}) {
-          if (!k) continue;
-          auto kb = rt().compile(*k, Target::parse(target));
-          EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
-              << "bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
-          ++kernels;
+        for (const bool few_rows : {false, true}) {  // the grid's M=1/199 calls and its M=8192 ones
+          RmsBwdSpec b;
+          b.n = n;
+          b.x = x;
+          b.weight = w;
+          b.dout = x;
+          b.dx = x;
+          b.few_rows = few_rows;
+          b.plan = plan_bwd(b, 8, arch_of(target));  // as the dispatcher plans it
+          if (few_rows && b.plan.str() == [&] {
+                RmsBwdSpec many = b;
+                many.few_rows = false;
+                return plan_bwd(many, 8, arch_of(target)).str();
+              }())
+            continue;  // the same kernels as without
+          const RmsBwdSources sources = bwd_sources(b);
+          for (const std::optional<normkit::rt::KernelSource>& k :
+               {std::optional(sources.rows), sources.row_dots, sources.columns}) {
+            if (!k) continue;
+            auto kb = rt().compile(*k, Target::parse(target));
+            EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
+                << "bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
+            ++kernels;
+          }
         }
         ++kernels;
       }

@@ -129,6 +129,9 @@ def test_functional_fwd_bwd_residual_bias(xdt, wdt, m, n):
     pytest.param((2, 99, 8, 128), BF16, FP32, True, id="B2-S99-H8-D128-bf16-wfp32-bias"),
     pytest.param((3, 17, 32, 64), FP16, FP32, False, id="B3-S17-H32-D64-fp16-wfp32"),
     pytest.param((1, 300, 4, 256), FP32, FP32, True, id="B1-S300-H4-D256-fp32-bias"),
+    # One row per head: the row kernel writes dweight itself (no reduction launch).
+    pytest.param((1, 1, 8, 128), BF16, FP32, False, id="B1-S1-H8-D128-bf16-wfp32"),
+    pytest.param((1, 1, 4, 4096), FP16, FP16, False, id="B1-S1-H4-D4096-fp16-wfp16"),
 ])
 def test_per_head(shape, xdt, wdt, with_bias):
     # weight (H, D) with x (B, S, H, D): row r uses weight row r % H; dw is per head.

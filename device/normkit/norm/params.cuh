@@ -68,6 +68,10 @@ struct RmsNormBwdParams {
   // fp32 per-CTA partial sums, [parts][heads][N]; parts = gridDim.x / cluster.
   float* dweight_partial;
   float* dbias_partial;
+  // Non-null when the row kernel's grid is one CTA (cluster) per head and there
+  // is no dbias: its dw sums are the final ones, stored here in the weight's
+  // dtype ([heads][N]) instead of as a partial, and no reduction kernel follows.
+  void* dweight_final;
   // Split plans (rmsnorm_bwd_split.cuh): each row's dot product in column chunks, [rows][chunks].
   float* row_dot_partial;
   float weight_offset;

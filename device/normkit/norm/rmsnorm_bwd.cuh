@@ -35,17 +35,19 @@ struct BwdCombineStorage {
 };
 
 // Adds the ROWS rows' per-thread sums `acc` in row order and writes the CTA's
-// partial. Threads of all rows must call it (it has barriers).
-template <class Cfg, int ACC_ITEMS>
+// partial (fp32), or the final sums when the CTA is its head's only one (T the
+// parameter's dtype, rounded once). Threads of all rows must call it (it has
+// barriers).
+template <class Cfg, int ACC_ITEMS, class T>
 __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const float (&acc)[ACC_ITEMS][Cfg::VEC],
-                                              float* partial_row, BwdCombineStorage<Cfg>& combine) {
+                                              T* partial_row, BwdCombineStorage<Cfg>& combine) {
   constexpr int VEC = Cfg::VEC;
   if constexpr (Cfg::ROWS == 1) {
     for_each_item<Cfg>([&](int k) {
       if (!t.owns(k)) return;
-      float* dst = partial_row + t.column(k);
+      T* dst = partial_row + t.column(k);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) dst[i] = acc[k][i];
+      for (int i = 0; i < VEC; ++i) dst[i] = from_float<T>(acc[k][i]);
     });
   } else {
     for (int s = 0; s < Cfg::ROWS; ++s) {
@@ -63,9 +65,9 @@ __device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const flo
       for_each_item<Cfg>([&](int k) {
         if (!t.owns(k)) return;
         const float* c = combine.cols + t.slice_vector(k) * VEC;
-        float* dst = partial_row + t.column(k);
+        T* dst = partial_row + t.column(k);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) dst[i] = c[i];
+        for (int i = 0; i < VEC; ++i) dst[i] = from_float<T>(c[i]);
       });
     }
     __syncthreads();  // combine.cols is reused by the next call
@@ -214,7 +216,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     });
   }
 
-  if constexpr (DW) write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+  if constexpr (DW) {
+    if (p.dweight_final != nullptr) {
+      write_partial<Cfg>(t, dw_acc, static_cast<W*>(p.dweight_final) + head_offset, combine);
+    } else {
+      write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+    }
+  }
   if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
 }
 
