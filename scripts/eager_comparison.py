@@ -135,6 +135,12 @@ def main():
              row["bwd_loop_speedup_vs_eager"]) = loop_us(
                 lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
                 lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
+            # A/A control: eager against a second eager graph, timed the same way.
+            # Its distance from 1.0 is the measurement's own spread at this shape.
+            y_ea2 = F.rms_norm(x, (n,), w, eps=1e-6)
+            row["bwd_loop_control_eager_vs_eager"] = loop_us(
+                lambda: torch.autograd.grad(y_ea2, params, dy, retain_graph=True),
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))[2]
         for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
             row[f"{d}_bytes"] = b
             row[f"{d}_normkit_GBps"] = b / row[f"{d}_normkit_us"] / 1e3
@@ -163,7 +169,9 @@ def main():
         "loop_method": f"shapes where eager's do_bench time is under {HOST_BOUND_US} us: per-call time of 100 "
                        "back-to-back calls between CUDA events, normkit and eager in turn (order alternating), 9 "
                        "rounds; *_loop_*_us: median time, *_loop_speedup_vs_eager: median of the rounds' paired "
-                       "eager/normkit ratios; the verdict for those shapes is the loop's",
+                       "eager/normkit ratios; the verdict for those shapes is the loop's; "
+                       "bwd_loop_control_eager_vs_eager: the same measurement of eager against a second eager graph "
+                       "(an A/A control: its spread around 1.0 is the method's own)",
     }
     with open(os.path.join(args.out, "eager-comparison.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
