@@ -145,6 +145,7 @@ struct BwdLaunch {
   std::int64_t parts = 0;     // partial sums per head (rows of the workspace)
   std::int64_t chunks = 0;    // split plans: column chunks of a row
   std::size_t sums_floats = 0;  // the dw/db partials at the start of the workspace
+  std::size_t sync_words = 0;   // synced plans: counters at the end of the workspace
   std::size_t workspace = 0;
   // One row-kernel CTA (cluster) per head summing dw in registers, no dbias: it
   // writes dweight itself (RmsNormBwdParams::dweight_final); no reduction launch.
@@ -178,8 +179,9 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
-    k.plan = spec.plan = plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch);
     k.sm_count = runtime.device_info(device).sm_count;
+    k.plan = spec.plan =
+        fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
     if (load) {
       log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
       const RmsBwdSources sources = bwd_sources(spec);
@@ -198,7 +200,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
     const std::int64_t rows_per_head = a.shape.rows / a.heads;
     if (plan.split) {
       l.chunks = split_chunks(a.shape.n, plan);
-      l.row_ctas = plan_bwd_split_parts(plan, a.shape.n, rows_per_head, a.heads, found->sm_count);
+      l.row_ctas = plan.synced ? 0 : plan_bwd_split_parts(plan, a.shape.n, rows_per_head, a.heads, found->sm_count);
       l.parts = l.row_ctas;
     } else {
       l.row_ctas = plan_bwd_parts(plan, rows_per_head, a.heads, found->sm_count);
@@ -212,7 +214,9 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                   static_cast<std::size_t>(a.shape.n);
   const std::size_t dot_floats = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
-  l.workspace = (l.sums_floats + dot_floats) * sizeof(float);
+  // Synced plans: the ticket and per-row counters after the chunk sums.
+  l.sync_words = plan.synced && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
+  l.workspace = (l.sums_floats + dot_floats + l.sync_words) * sizeof(float);
   return l;
 }
 
@@ -263,7 +267,17 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
     void* args[] = {&p};
 
     const RowPlan& plan = l.kernels.plan;
-    if (plan.split) {
+    if (plan.synced) {
+      // One kernel: chunk sums, a wait per row, dx. Its counters start at zero.
+      p.row_dot_partial = ws + l.sums_floats;
+      p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + a.shape.rows * l.chunks);
+      runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
+      rt::LaunchConfig cfg;
+      cfg.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd");
+      cfg.block.x = static_cast<unsigned>(plan.tpr);
+      cfg.stream = a.stream;
+      runtime.launch(l.kernels.rows, cfg, args);
+    } else if (plan.split) {
       // The rows' dot products in column chunks, then dx (and dw/db) per chunk.
       p.row_dot_partial = ws + l.sums_floats;
       rt::LaunchConfig dots;

@@ -78,12 +78,22 @@ bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
 // every feature on, sm_80 and sm_90a).
 constexpr int kSplitBlocks = 2;
 
+// Without dw/db the two split kernels become one (rmsnorm_bwd_synced_kernel):
+// CTAs keep their chunk in registers while they wait for the row's other chunk
+// sums, so h and dout are read once, as eager's row kernel reads them (fp32
+// N=131072/262144 without weight: the two kernels' five passes measured 0.99-1.01x
+// eager, 7579fb6). Three CTAs per SM (85 registers; bf16 spilled under the 64 of
+// four) keep loads in flight while others wait; the wait needs CHUNKS CTAs
+// resident at once, which the dispatcher checks against the device (fit_to_device).
+constexpr int kSyncedBlocks = 3;
+
 void plan_split(const RowPlanInputs& in, RowPlan& p) {
   p.split = true;
   p.split_items = in.dbias ? 2 : 4;
   p.regs = false;
   p.row_sums = true;  // the dx kernel sums dw/db: no column pass
   p.cluster = 1;
+  p.synced = !in.param_grads;
 }
 
 // Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on
@@ -105,11 +115,19 @@ bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, 
 
 }  // namespace
 
+RowPlan fit_to_device(RowPlan p, std::int64_t n, int sm_count) {
+  if (p.synced && split_chunks(n, p) > static_cast<std::int64_t>(sm_count) * p.min_blocks) {
+    p.synced = false;
+    p.min_blocks = kSplitBlocks;
+  }
+  return p;
+}
+
 std::string RowPlan::str() const {
   return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
-         " split=" + std::to_string(split ? split_items : 0) +
+         " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -212,7 +230,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
-  if (p.split) p.min_blocks = kSplitBlocks;
+  if (p.split) p.min_blocks = p.synced ? kSyncedBlocks : kSplitBlocks;
   if (p.stash) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   return p;
 }

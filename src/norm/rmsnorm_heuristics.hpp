@@ -23,6 +23,9 @@ struct RowPlan {
   // split_items vectors (rmsnorm_bwd_split.cuh; two kernels, no cluster).
   bool split = false;
   int split_items = 0;
+  // Split rows without dw/db: one kernel that waits for its row's chunk sums
+  // (rmsnorm_bwd_synced_kernel), h and dout read once.
+  bool synced = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -47,6 +50,11 @@ struct RowPlanInputs {
 inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
 
 RowPlan plan_rows(const RowPlanInputs& in);
+
+// The plan for a device with `sm_count` SMs: a synced split plan needs all of a
+// row's chunks resident at once (min_blocks CTAs per SM are guaranteed); with
+// fewer SMs than that takes, the two split kernels instead.
+RowPlan fit_to_device(RowPlan plan, std::int64_t n, int sm_count);
 
 // Shared memory the stash of a backward plan needs per CTA: SLICE_V vectors of h
 // and of dout (RowStash in rmsnorm_bwd.cuh).

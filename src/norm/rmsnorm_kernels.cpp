@@ -86,7 +86,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
 
 RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
   RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt, std::nullopt};
-  if (s.plan.split) {
+  if (s.plan.split && !s.plan.synced) {
     std::ostringstream e;
     e << "nk::rmsnorm_bwd_dot_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ">";
@@ -117,6 +117,13 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
 
 rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   std::ostringstream e;
+  if (s.plan.synced) {
+    NK_CHECK(!s.weight && !s.dbias, "rmsnorm_bwd: synced split plan with dw/db (internal)");
+    e << "nk::rmsnorm_bwd_synced_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", " << device_type(s.dx) << ", "
+      << device_type(s.dresidual) << ">";
+    return make("rmsnorm_bwd_synced", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+  }
   if (s.plan.split) {
     e << "nk::rmsnorm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "

@@ -26,7 +26,8 @@ namespace normkit::rt {
   X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent) X(cuPointerGetAttributes)              \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute)            \
   X(cuLaunchKernelEx) X(cuStreamIsCapturing) X(cuStreamCreate) X(cuStreamDestroy)                   \
-  X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoHAsync)
+  X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoHAsync)          \
+  X(cuMemsetD32Async)
 
 #define NK_NVRTC_FUNCTIONS(X)                                                                        \
   X(nvrtcVersion) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcGetErrorString)      \

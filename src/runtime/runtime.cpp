@@ -341,6 +341,13 @@ bool Runtime::stream_is_capturing(Stream stream, int device) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+void Runtime::zero_async(int device, void* pointer, std::size_t words, Stream stream) {
+  if (words == 0) return;
+  ContextGuard guard(impl_->context(device));
+  NK_CU_CHECK(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(pointer), 0u, words,
+                                        static_cast<CUstream>(stream)));
+}
+
 LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream) {
   const std::string warm_key = Impl::warm_key(kernel, device);
   const std::size_t source_hash = std::hash<std::string>{}(kernel.source);

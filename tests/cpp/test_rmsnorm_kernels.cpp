@@ -132,7 +132,8 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     expect_clean(k.rows, what);
     EXPECT_EQ(k.columns.has_value(), !s.plan.row_sums && (c.weight || c.dbias)) << what;
     if (k.columns) expect_clean(*k.columns, what + " (columns)");
-    EXPECT_EQ(k.row_dots.has_value(), s.plan.split) << what;
+    EXPECT_EQ(k.row_dots.has_value(), s.plan.split && !s.plan.synced) << what;
+    EXPECT_EQ(s.plan.synced, s.plan.split && !c.weight && !c.dbias) << what;
     if (k.row_dots) expect_clean(*k.row_dots, what + " (row dots)");
     EXPECT_EQ(k.param_reduce.has_value(), c.weight || c.dbias) << what;
    }
@@ -171,6 +172,17 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_TRUE(p.row_sums) << n << " " << p.str();
     EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
     EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
+    // Without dw/db: one kernel that waits for the row's chunk sums, if the device
+    // holds a row's chunks at once; else the two split kernels.
+    EXPECT_EQ(p.synced, !grads) << n << " " << p.str();
+    if (p.synced) {
+      EXPECT_TRUE(fit_to_device(p, n, 132).synced) << n << " " << p.str();
+      const int too_few = static_cast<int>((split_chunks(n, p) - 1) / p.min_blocks);
+      const RowPlan small = fit_to_device(p, n, too_few);
+      EXPECT_FALSE(small.synced) << n << " " << small.str();
+      EXPECT_LT(small.min_blocks, p.min_blocks);
+      EXPECT_TRUE(fit_to_device(p, n, too_few + 1).synced) << n;
+    }
   }
   EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);  // with db
   // Few rows with dw/db (host-bound calls) on sm_90: register-resident rows in a

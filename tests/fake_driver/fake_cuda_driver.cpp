@@ -207,5 +207,6 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr*, size_t) { return CUDA_ERROR_NOT_SUPPOR
 CUresult CUDAAPI cuMemFree(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr, const void*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void*, CUdeviceptr, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 
 }  // extern "C"

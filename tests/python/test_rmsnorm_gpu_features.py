@@ -350,6 +350,31 @@ def test_backward_is_bitwise_deterministic(xdt, wdt, m, n):
     check("db", runs[0][2], db_ref, atol_extra=DW_ATOL * m ** 0.5)
 
 
+@pytest.mark.parametrize("xdt,m,n", [(FP32, 300, 262144), (BF16, 1024, 131072), (FP16, 77, 131077)],
+                         ids=["fp32-M300-N262144", "bf16-M1024-N131072", "fp16-M77-N131077"])
+def test_long_rows_without_weight_one_synced_kernel(xdt, m, n):
+    # Rows beyond the stash without dw/db take one kernel whose CTAs wait for their
+    # row's other chunk sums (rmsnorm_bwd_synced_kernel): right, bitwise the same on
+    # every run, and two such calls on two streams at once finish and stay right.
+    x, dout, dres = rand((m, n), xdt), rand((m, n), xdt), rand((m, n), FP32)
+    _, _, rstd = rmsnorm_fwd(x, None, eps=EPS, store_rstd=True)
+    runs = [rmsnorm_bwd(x, None, dout, rstd, dresidual_out=dres, has_residual=True) for _ in range(3)]
+    for i, run in enumerate(runs[1:], start=2):
+        assert torch.equal(runs[0][0], run[0]), f"dx of run {i} differs from run 1 (bitwise)"
+    _, _, _, rstd_ref = ref_forward(x)
+    dx_ref, _, _ = ref_backward(x, None, dout, rstd_ref, dresidual_out=dres)
+    check("dx", runs[0][0], dx_ref)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    torch.cuda.synchronize()
+    for s in streams:
+        with torch.cuda.stream(s):
+            outs.append(rmsnorm_bwd(x, None, dout, rstd, dresidual_out=dres, has_residual=True)[0])
+    torch.cuda.synchronize()
+    for o in outs:
+        assert torch.equal(o, runs[0][0]), "dx from a concurrent call differs"
+
+
 @pytest.mark.parametrize("xdt,n", [(BF16, 1023), (FP32, 4097)], ids=["bf16-N1023", "fp32-N4097"])
 def test_no_writes_to_inputs_or_guards(xdt, n):
     # Every input of forward and backward (h included) is a strided, unaligned view

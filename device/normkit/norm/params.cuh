@@ -74,6 +74,9 @@ struct RmsNormBwdParams {
   void* dweight_final;
   // Split plans (rmsnorm_bwd_split.cuh): each row's dot product in column chunks, [rows][chunks].
   float* row_dot_partial;
+  // Synced split plans: [0] the next ticket, [1 + r] chunks of row r that have
+  // published their sums; zeroed before each launch.
+  unsigned* sync_counters;
   float weight_offset;
 };
 

@@ -16,6 +16,10 @@
 // HBM traffic: h and dout read twice, dx written once (the stash: once each, but
 // at lower bandwidth), and no column pass. Every sum is in a fixed order, so dx,
 // dw and db are bitwise reproducible.
+//
+// Without dw/db (nothing to sum across rows) both steps run in one kernel,
+// rmsnorm_bwd_synced_kernel, and h and dout are read once: a CTA keeps its chunk
+// in registers while it waits for the rest of its row's chunk sums (see there).
 #pragma once
 
 #include "normkit/common/reduce.cuh"
@@ -154,6 +158,89 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
       if constexpr (DW) p.dweight_partial[base + v * VEC + i] = dw[k][i];
       if constexpr (DBIAS) p.dbias_partial[base + v * VEC + i] = db[k][i];
     }
+  }
+}
+
+// Kernels 1 and 2 in one, for rows without dw/db. A CTA takes a ticket, its place
+// in the order in which CTAs actually started; the ticket names its (row, chunk).
+// It loads its chunk of h and dout into registers, publishes the chunk's sum,
+// waits until every chunk of its row has published, adds the sums in chunk order
+// and writes dx from the registers.
+// Why the wait cannot deadlock: a row's chunks hold consecutive tickets, and
+// tickets are handed out in start order, so every CTA with an earlier ticket is
+// running or done. The CTAs of the oldest unfinished row are then the oldest
+// running ones; as long as the GPU holds CHUNKS CTAs at once (the host plans this
+// kernel only for CHUNKS <= the SM count), all of that row's chunks get to run and
+// publish, the row finishes, and the next row becomes the oldest.
+template <class Cfg, class X, class DY, class DRO, class DX, class DR>
+__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_kernel(const RmsNormBwdParams p) {
+  constexpr int VEC = Cfg::VEC;
+  constexpr int ITEMS = Cfg::ITEMS;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
+  __shared__ unsigned ticket_shared;
+  __shared__ float mean_dot_shared;
+  if (threadIdx.x == 0) ticket_shared = atomicAdd(p.sync_counters, 1u);
+  __syncthreads();
+  const unsigned ticket = ticket_shared;
+  const int chunk = static_cast<int>(ticket % Cfg::CHUNKS);
+  const long long r = ticket / Cfg::CHUNKS;
+  const RmsBwdRow<VEC, X, none, DY, DRO, DX, DR> row{p, r, 0, p.rstd[r]};
+  const X* h = row_ptr<X>(p.x, p.shape, r);
+  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
+  Packed<X, VEC> hp[ITEMS];
+  Packed<DY, VEC> dp[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (Cfg::in_row(v)) {
+      hp[k] = load_packed<VEC>(h + v * VEC);
+      dp[k] = load_packed<VEC>(dy + v * VEC);
+    }
+  }
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (!Cfg::in_row(v)) continue;
+    float xh[VEC], g[VEC], d[VEC];
+    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
+  }
+  dot = row_sum<1, Cfg::TPR, 1>(dot, 0, static_cast<int>(threadIdx.x), reduce_storage);
+  float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
+  if (threadIdx.x == 0) {
+    dots[chunk] = dot;
+    __threadfence();  // the sum is visible GPU-wide before the count that announces it
+    unsigned* published = p.sync_counters + 1 + r;
+    atomicAdd(published, 1u);
+    unsigned seen;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(published) : "memory");
+      if (seen >= static_cast<unsigned>(Cfg::CHUNKS)) break;
+      __nanosleep(100);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  // The row's sums in chunk order, read from L2 (__ldcg: another SM wrote them);
+  // the same bits in every CTA of the row.
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    float total = 0.f;
+    for (int c = lane; c < Cfg::CHUNKS; c += 32) total += __ldcg(dots + c);
+    total = group_sum<32>(total);
+    if (lane == 0) mean_dot_shared = total / static_cast<float>(Cfg::N);
+  }
+  __syncthreads();
+  const float mean_dot = mean_dot_shared;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int v = Cfg::vector(chunk, k);
+    if (!Cfg::in_row(v)) continue;
+    float xh[VEC], g[VEC], d[VEC];
+    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
+    row.store_dx(v * VEC, xh, g, mean_dot);
   }
 }
 

@@ -111,6 +111,9 @@ class Runtime {
   void launch(const LoadedKernel& kernel, const LaunchConfig& config, void** args);
   // True when `stream` is being captured into a CUDA graph.
   bool stream_is_capturing(Stream stream, int device);
+  // Zeroes `words` 32-bit words of device memory at `pointer` on `stream`
+  // (asynchronous; captured like a kernel under CUDA-graph capture).
+  void zero_async(int device, void* pointer, std::size_t words, Stream stream);
 
   // --- diagnostics -------------------------------------------------------
   Counters counters() const;
