@@ -1,8 +1,9 @@
 // Launch plans of the RMSNorm row kernels. What the thresholds rest on (H200,
 // docs/perf/rmsnorm-vs-eager-h200.md, CUDA-event medians against eager PyTorch):
-//  - Forward: h in fp32 registers, 32 elements a thread, up to 1024 threads, and
-//    clusters of up to 8 CTAs for longer rows: faster than eager for 36 of the 38
-//    GPU-bound shapes; bf16 N=131072 (4-CTA cluster) at 0.82-0.89x is the exception.
+//  - Forward: the row in registers, 32 elements a thread, up to 1024 threads, and
+//    clusters of up to 8 CTAs for longer rows: faster than eager at all 38
+//    GPU-bound shapes (50f6905: 1.07-1.56x; bf16 N=131072 needed its raw rows held
+//    as words, see RawVec in vector_io.cuh).
 //  - Backward, short rows (one CTA of <= 512 threads at 8-16 elements a thread):
 //    dw/db summed in registers; kernel time below eager's where profiled
 //    (scripts/profile_rmsnorm.py), the end-to-end time host-bound.
@@ -10,7 +11,8 @@
 //    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8). Such rows keep
 //    their slices in shared memory instead (the stash, plan_stash below), and
 //    rows beyond what a 2-CTA stash holds (4 without dw/db) are split into
-//    column chunks (plan_split).
+//    column chunks (plan_split): 1.31-1.81x eager with dw/db, 1.33-1.61x without
+//    (50f6905, M*N = 2^28, N = 131072 and 262144).
 //  - ptxas: every plan here compiles without spills for sm_80/sm_90a/sm_100a
 //    (tests/cpp/test_rmsnorm_kernels.cpp); the register estimates below were
 //    tuned until that held.
@@ -49,7 +51,8 @@ std::int64_t next_pow2(std::int64_t v) {
 // split kernels (plan_split): by its traffic (h and dout read twice, dx written
 // once, no column pass) ~2.5 GB against the stash's 1.5 GB plus the column
 // pass's 1 GB for bf16 2048x131072, at copy-like occupancy instead of ~2 TB/s.
-// That choice is by that estimate; it has not been measured on the H200 yet.
+// Measured (c96aa46 against 9fdb0b9): bf16 N=131072 with weight 689 us against
+// the two-pass kernel's 1113, fp32 N=262144 with weight 1351 against 2110.
 constexpr int kStashThreads = 256;
 constexpr std::int64_t kStashBudget = 72 * 1024;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
