@@ -27,6 +27,7 @@ NS = [192, 256, 760, 1024, 1128, 4096, 32768, 131072, 262144]
 MS = [1, 199, 8192]
 MAX_ELEMS = 1 << 28  # the GPU test grid's cap on M*N (memory and time)
 HOST_BOUND_US = 150  # eager do_bench times below this are mostly host time on the H200 machine
+COPY_BOUND_US = 50  # ... and so are calls whose bytes a device copy moves in less than this
 
 
 def verdict(row, d):
@@ -40,7 +41,21 @@ def bench(fn):
     return do_bench(fn, warmup=5, rep=25, return_mode="median") * 1e3  # us
 
 
-def loop_us(normkit_fn, eager_fn, calls=100, rounds=9):
+ROUNDS = 9  # --rounds
+
+
+def median_ci95(values):
+    """Distribution-free 95% interval of the median: the order statistics at ranks
+    n/2 -+ 0.98 sqrt(n) (binomial, normal approximation); None below 9 values."""
+    v = sorted(values)
+    n = len(v)
+    if n < 9:
+        return None
+    half = 0.98 * n ** 0.5
+    return [v[max(0, int(n / 2 - half))], v[min(n - 1, int(n / 2 + half))]]
+
+
+def loop_us(normkit_fn, eager_fn, calls=100, rounds=None, ratios_out=None):
     """Per-call time of `calls` back-to-back calls between two CUDA events, for
     normkit and eager in turn, over `rounds` rounds (the order alternating from
     round to round). This is what an eager loop sees: host time where the host is
@@ -49,6 +64,7 @@ def loop_us(normkit_fn, eager_fn, calls=100, rounds=9):
     rounds' eager/normkit ratios: each ratio pairs two timings taken back to back,
     so drift of the machine's host speed over the run (10-15% here) cancels out
     of it, where a ratio of medians from separate moments keeps it."""
+    rounds = rounds or ROUNDS
     fns = (normkit_fn, eager_fn)
     times = ([], [])
     for r in range(rounds):
@@ -64,6 +80,8 @@ def loop_us(normkit_fn, eager_fn, calls=100, rounds=9):
             end.synchronize()
             times[i].append(start.elapsed_time(end) * 1e3 / calls)
     ratios = [e / n for n, e in zip(*times)]
+    if ratios_out is not None:
+        ratios_out.extend(ratios)
     return statistics.median(times[0]), statistics.median(times[1]), statistics.median(ratios)
 
 
@@ -75,9 +93,9 @@ def copy_gbps():
     return 2 * n * 2 / us / 1e3
 
 
-def shapes(quick, ns, ms):
-    for dt in (["bf16"] if quick else list(DTYPES)):
-        for weight in ["same", "none"]:
+def shapes(quick, ns, ms, dtypes=None, weights=("same", "none")):
+    for dt in (["bf16"] if quick else list(dtypes or DTYPES)):
+        for weight in weights:
             for m in ms:
                 for n in (ns[::3] if quick else ns):
                     if m * n > MAX_ELEMS:
@@ -88,11 +106,17 @@ def shapes(quick, ns, ms):
 
 
 def main():
+    global ROUNDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output folder for eager-comparison.json / .md")
     ap.add_argument("--quick", action="store_true", help="bf16 and every third N only")
     ap.add_argument("--n", default=",".join(map(str, NS)), help="comma-separated N values (default: the test grid's)")
     ap.add_argument("--m", default=",".join(map(str, MS)), help="comma-separated M values (default: 1,199,8192)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated x dtypes (default: bf16,fp16,fp32)")
+    ap.add_argument("--weights", default="same,none", help="weight kinds: same (x's dtype), none (default: both)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"rounds of the host-bound loop (default {ROUNDS}); from 9 on, the JSON carries a 95%% "
+                         "interval of the median paired ratio (*_loop_ratio_ci95)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -103,7 +127,8 @@ def main():
     rows, seen = [], set()
     ns = [int(v) for v in args.n.split(",")]
     ms = [int(v) for v in args.m.split(",")]
-    for dt, weight, m, n in shapes(args.quick, ns, ms):
+    ROUNDS = args.rounds  # the loop's default
+    for dt, weight, m, n in shapes(args.quick, ns, ms, args.dtypes.split(","), args.weights.split(",")):
         if (dt, weight, m, n) in seen:
             continue
         seen.add((dt, weight, m, n))
@@ -123,24 +148,33 @@ def main():
         y_ea = F.rms_norm(x, (n,), w, eps=1e-6)
         row["bwd_normkit_us"] = bench(lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True))
         row["bwd_eager_us"] = bench(lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
-        # Host-bound shapes (eager under HOST_BOUND_US) are also timed as an eager
-        # loop sees them; the verdict for them is the loop's.
-        if row["fwd_eager_us"] < HOST_BOUND_US:
+        # Host-bound shapes (eager under HOST_BOUND_US, or bytes that a copy moves in
+        # under COPY_BOUND_US: a slow stretch of the host must not turn them into
+        # do_bench verdicts) are also timed as an eager loop sees them; the verdict
+        # for them is the loop's.
+        def host_bound(d, b):
+            return row[f"{d}_eager_us"] < HOST_BOUND_US or b / copy / 1e3 < COPY_BOUND_US
+
+        if host_bound("fwd", fwd_bytes):
             with torch.no_grad():
                 (row["fwd_loop_normkit_us"], row["fwd_loop_eager_us"],
                  row["fwd_loop_speedup_vs_eager"]) = loop_us(
                     lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6))
-        if row["bwd_eager_us"] < HOST_BOUND_US:
+        if host_bound("bwd", bwd_bytes):
+            ratios, control = [], []
             (row["bwd_loop_normkit_us"], row["bwd_loop_eager_us"],
              row["bwd_loop_speedup_vs_eager"]) = loop_us(
                 lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
-                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), ratios_out=ratios)
             # A/A control: eager against a second eager graph, timed the same way.
             # Its distance from 1.0 is the measurement's own spread at this shape.
             y_ea2 = F.rms_norm(x, (n,), w, eps=1e-6)
             row["bwd_loop_control_eager_vs_eager"] = loop_us(
                 lambda: torch.autograd.grad(y_ea2, params, dy, retain_graph=True),
-                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True))[2]
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), ratios_out=control)[2]
+            if median_ci95(ratios):
+                row["bwd_loop_ratio_ci95"] = median_ci95(ratios)
+                row["bwd_loop_control_ci95"] = median_ci95(control)
         for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
             row[f"{d}_bytes"] = b
             row[f"{d}_normkit_GBps"] = b / row[f"{d}_normkit_us"] / 1e3
