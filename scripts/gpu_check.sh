@@ -86,7 +86,9 @@ step cpp_build build 60 bash -c "cmake -S . -B build/gpu ${gen[*]} -DCMAKE_BUILD
 step ctest ctest 330 env NORMKIT_ASSERT_NO_SPILLS=1 ctest --test-dir build/gpu --output-on-failure -j8
 # ctest keeps the example's output only on failure, and the example passes without
 # a GPU too (it skips its GPU half): here its GPU half must have run and agreed.
-step example ctest 320 bash -c 'build/gpu/rmsnorm_example | tee /dev/stderr | grep -q "GPU and CPU results agree"'
+# `tee -a`: stderr is ctest.log here, and a plain tee truncated it (the ctest
+# output of the runs up to 50f6905 was lost that way).
+step example ctest 320 bash -c 'build/gpu/rmsnorm_example | tee -a /dev/stderr | grep -q "GPU and CPU results agree"'
 # NORMKIT_TEST_REQUIRE_GPU / _NVRTC: on this machine a missing GPU or NVRTC is a
 # failure, not a skip, so the GPU suites cannot pass by not running.
 # With GPU_CHECK_EAGER=1 pytest leaves ~150 s for the eager comparison.

@@ -1,0 +1,110 @@
+// RMSNorm's automatic device (Device::Kind::kAuto, the default of the C++ API):
+// the operator asks the driver where `x` lives and requires every other pointer to
+// agree. Run against the fake driver (two devices), so that this is covered on any
+// machine: host data takes the CPU fallback, device data runs on the data's
+// device whatever device is current, and a mix names the argument that disagrees.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "normkit/norm/rmsnorm.hpp"
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/runtime.hpp"
+
+using namespace normkit::norm;
+
+namespace {
+
+constexpr std::int64_t kRows = 8, kN = 1024;
+
+class NormAutoDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* path = std::getenv("NORMKIT_CUDA_DRIVER_PATH");
+    ASSERT_NE(path, nullptr) << "run through ctest: NORMKIT_CUDA_DRIVER_PATH must name the fake driver";
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    launches_ = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_launches"));
+    device_pointer_ = reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(
+        dlsym(h, "fake_cuda_device_pointer"));
+    ASSERT_TRUE(launches_ && device_pointer_);
+    char dir[] = "/tmp/normkit-fake-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    setenv("NORMKIT_CACHE_DIR", dir, 1);
+    normkit::rt::Runtime::instance().reload_config();
+  }
+  void* on(int device, unsigned long long offset) { return reinterpret_cast<void*>(device_pointer_(device, offset)); }
+
+  // Forward arguments with every pointer given; device left at its default (kAuto).
+  static RmsNormFwdArgs fwd(const void* x, void* out, const void* w, float* rstd) {
+    RmsNormFwdArgs a;
+    a.shape = {kRows, kN, 0};
+    a.x = Rows::strided(x, DType::kFloat32, kN);
+    a.out = Rows::strided(out, DType::kFloat32, kN);
+    a.weight = {w, DType::kFloat32};
+    a.rstd = rstd;
+    return a;
+  }
+  static std::string error_of(const RmsNormFwdArgs& a) {
+    try {
+      rmsnorm_fwd(a);
+    } catch (const normkit::Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  int (*launches_)(int) = nullptr;
+  unsigned long long (*device_pointer_)(int, unsigned long long) = nullptr;
+};
+
+}  // namespace
+
+TEST_F(NormAutoDevice, DefaultDeviceIsAuto) { EXPECT_EQ(RmsNormFwdArgs{}.device.kind, Device::Kind::kAuto); }
+
+TEST_F(NormAutoDevice, HostDataRunsTheCpuFallbackWithTheSameBits) {
+  std::vector<float> x(kRows * kN), w(kN), out_auto(x.size(), NAN), out_cpu(x.size(), NAN);
+  std::vector<float> rstd_auto(kRows, NAN), rstd_cpu(kRows, NAN);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) + 0.1f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.001f * static_cast<float>(i);
+  rmsnorm_fwd(fwd(x.data(), out_auto.data(), w.data(), rstd_auto.data()));
+  RmsNormFwdArgs cpu = fwd(x.data(), out_cpu.data(), w.data(), rstd_cpu.data());
+  cpu.device = Device::cpu();
+  rmsnorm_fwd(cpu);
+  EXPECT_EQ(std::memcmp(out_auto.data(), out_cpu.data(), out_cpu.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(rstd_auto.data(), rstd_cpu.data(), rstd_cpu.size() * sizeof(float)), 0);
+  EXPECT_FALSE(std::isnan(out_auto[0]));
+  EXPECT_EQ(launches_(0) + launches_(1), 0);
+}
+
+TEST_F(NormAutoDevice, DeviceDataRunsOnItsDeviceNotTheCurrentOne) {
+  // Nothing is current on this thread; the data lives on cuda:1.
+  const unsigned long long row_bytes = kRows * kN * sizeof(float);
+  rmsnorm_fwd(fwd(on(1, 0), on(1, row_bytes), on(1, 2 * row_bytes), static_cast<float*>(on(1, 3 * row_bytes))));
+  EXPECT_EQ(launches_(1), 1);
+  EXPECT_EQ(launches_(0), 0);
+  rmsnorm_fwd(fwd(on(0, 0), on(0, row_bytes), on(0, 2 * row_bytes), static_cast<float*>(on(0, 3 * row_bytes))));
+  EXPECT_EQ(launches_(0), 1);
+  EXPECT_EQ(launches_(1), 1);
+}
+
+TEST_F(NormAutoDevice, MixedPlacementsAreErrorsNamingTheArgument) {
+  const unsigned long long row_bytes = kRows * kN * sizeof(float);
+  std::vector<float> host(kRows * kN), host_w(kN), host_rstd(kRows);
+  // Device x, host weight.
+  std::string e = error_of(fwd(on(1, 0), on(1, row_bytes), host_w.data(), static_cast<float*>(on(1, 2 * row_bytes))));
+  EXPECT_NE(e.find("weight"), std::string::npos) << e;
+  // Host x, device out.
+  e = error_of(fwd(host.data(), on(0, 0), host_w.data(), host_rstd.data()));
+  EXPECT_NE(e.find("'out' is device memory but 'x' is host memory"), std::string::npos) << e;
+  // Two devices.
+  e = error_of(fwd(on(0, 0), on(1, 0), on(0, row_bytes), static_cast<float*>(on(0, 2 * row_bytes))));
+  EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda:1"), std::string::npos) << e;
+  EXPECT_EQ(launches_(0) + launches_(1), 0) << "nothing may run after a failed check";
+}
