@@ -49,6 +49,61 @@ struct SplitConfig {
   __device__ static bool in_row(int v) { return FULL || v < NV; }
 };
 
+// A thread's vectors of one row's chunk, kept as loaded (storage dtype).
+template <class Cfg, class X, class DY>
+struct ChunkRegs {
+  Packed<X, Cfg::VEC> h[Cfg::ITEMS];
+  Packed<DY, Cfg::VEC> dy[Cfg::ITEMS];
+
+  // Every load first, then the arithmetic: loaded and used item by item, the
+  // compiler serialized the loads on reused registers; and dx aliases neither
+  // input, but the compiler cannot know that and would wait for each store.
+  __device__ __forceinline__ void load(const X* h_row, const DY* dy_row, int chunk) {
+#pragma unroll
+    for (int k = 0; k < Cfg::ITEMS; ++k) {
+      const int v = Cfg::vector(chunk, k);
+      if (Cfg::in_row(v)) {
+        h[k] = load_packed<Cfg::VEC>(h_row + v * Cfg::VEC);
+        dy[k] = load_packed<Cfg::VEC>(dy_row + v * Cfg::VEC);
+      }
+    }
+  }
+
+  // For each vector of the chunk in the row: f(k, col, xhat, g, dout).
+  template <class Row, class F>
+  __device__ __forceinline__ void each(const Row& row, int chunk, F&& f) const {
+#pragma unroll
+    for (int k = 0; k < Cfg::ITEMS; ++k) {
+      const int v = Cfg::vector(chunk, k);
+      if (!Cfg::in_row(v)) continue;
+      float xh[Cfg::VEC], g[Cfg::VEC], d[Cfg::VEC];
+      row.expand(v * Cfg::VEC, h[k], dy[k], xh, g, d);
+      f(k, v * Cfg::VEC, xh, g, d);
+    }
+  }
+
+  // The thread's share of the chunk's sum of g * xhat.
+  template <class Row>
+  __device__ __forceinline__ float dot(const Row& row, int chunk) const {
+    float sum = 0.f;
+    each(row, chunk, [&](int, int, const float (&xh)[Cfg::VEC], const float (&g)[Cfg::VEC], const float (&)[Cfg::VEC]) {
+#pragma unroll
+      for (int i = 0; i < Cfg::VEC; ++i) sum += g[i] * xh[i];
+    });
+    return sum;
+  }
+};
+
+// A row's mean(g * xhat) from its chunk sums, by one warp: lane l adds chunks l,
+// l + 32, ... in order, then a butterfly; every lane (and every CTA reading the
+// same sums) ends with the same bits. `load` reads one sum.
+template <class Cfg, class Load>
+__device__ __forceinline__ float mean_of_chunk_sums(int lane, Load&& load) {
+  float total = 0.f;
+  for (int c = lane; c < Cfg::CHUNKS; c += 32) total += load(c);
+  return group_sum<32>(total) / static_cast<float>(Cfg::N);
+}
+
 template <class Cfg, class X, class W, class DY>
 __global__ void __launch_bounds__(Cfg::TPR) rmsnorm_bwd_dot_kernel(const RmsNormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
@@ -57,31 +112,9 @@ __global__ void __launch_bounds__(Cfg::TPR) rmsnorm_bwd_dot_kernel(const RmsNorm
   const int chunk = static_cast<int>(b % Cfg::CHUNKS);
   const long long r = b / Cfg::CHUNKS;
   const RmsBwdRow<VEC, X, W, DY, none, none, none> row{p, r, (r % p.shape.heads) * Cfg::N, p.rstd[r]};
-  const X* h = row_ptr<X>(p.x, p.shape, r);
-  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
-  // Every load first, then the arithmetic (loaded and used item by item, the
-  // compiler serialized the loads on reused registers).
-  Packed<X, VEC> hp[Cfg::ITEMS];
-  Packed<DY, VEC> dp[Cfg::ITEMS];
-#pragma unroll
-  for (int k = 0; k < Cfg::ITEMS; ++k) {
-    const int v = Cfg::vector(chunk, k);
-    if (Cfg::in_row(v)) {
-      hp[k] = load_packed<VEC>(h + v * VEC);
-      dp[k] = load_packed<VEC>(dy + v * VEC);
-    }
-  }
-  float dot = 0.f;
-#pragma unroll
-  for (int k = 0; k < Cfg::ITEMS; ++k) {
-    const int v = Cfg::vector(chunk, k);
-    if (!Cfg::in_row(v)) continue;
-    float xh[VEC], g[VEC], d[VEC];
-    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
-  }
-  dot = row_sum<1, Cfg::TPR, 1>(dot, 0, static_cast<int>(threadIdx.x), reduce_storage);
+  ChunkRegs<Cfg, X, DY> regs;
+  regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
+  const float dot = row_sum<1, Cfg::TPR, 1>(regs.dot(row, chunk), 0, static_cast<int>(threadIdx.x), reduce_storage);
   if (threadIdx.x == 0) p.row_dot_partial[r * Cfg::CHUNKS + chunk] = dot;
 }
 
@@ -109,43 +142,19 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
 
   for (long long j = part; j < rows_per_head; j += parts) {
     const long long r = head + heads * j;
-    const X* h = row_ptr<X>(p.x, p.shape, r);
-    const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
-    // All of the thread's loads first: dx aliases neither input, but the compiler
-    // cannot know that, and would otherwise wait for each store.
-    Packed<X, VEC> hp[ITEMS];
-    Packed<DY, VEC> dp[ITEMS];
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int v = Cfg::vector(chunk, k);
-      if (Cfg::in_row(v)) {
-        hp[k] = load_packed<VEC>(h + v * VEC);
-        dp[k] = load_packed<VEC>(dy + v * VEC);
-      }
-    }
-    // The row's dot product from its chunk sums: lane l adds chunks l, l + 32, ...
-    // in order, then a butterfly; every lane ends with the same bits.
+    ChunkRegs<Cfg, X, DY> regs;
+    regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
     const float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
-    float dot = 0.f;
-    for (int c = lane; c < Cfg::CHUNKS; c += 32) dot += dots[c];
-    dot = group_sum<32>(dot);
-    const float mean_dot = dot / static_cast<float>(Cfg::N);
-
+    const float mean_dot = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return dots[c]; });
     const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head * Cfg::N, p.rstd[r]};
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int v = Cfg::vector(chunk, k);
-      if (!Cfg::in_row(v)) continue;
-      const int col = v * VEC;
-      float xh[VEC], g[VEC], d[VEC];
-      row.expand(col, hp[k], dp[k], xh, g, d);
+    regs.each(row, chunk, [&](int k, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&d)[VEC]) {
       row.store_dx(col, xh, g, mean_dot);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         if constexpr (DW) dw[k][i] += d[i] * xh[i];
         if constexpr (DBIAS) db[k][i] += d[i];
       }
-    }
+    });
   }
 
   const long long base = (part * heads + head) * Cfg::N;
@@ -170,12 +179,12 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
 // tickets are handed out in start order, so every CTA with an earlier ticket is
 // running or done. The CTAs of the oldest unfinished row are then the oldest
 // running ones; as long as the GPU holds CHUNKS CTAs at once (the host plans this
-// kernel only for CHUNKS <= the SM count), all of that row's chunks get to run and
-// publish, the row finishes, and the next row becomes the oldest.
+// kernel only where CHUNKS <= SMs x MIN_BLOCKS: fit_to_device), all of that row's
+// chunks get to run and publish, the row finishes, and the next row becomes the
+// oldest.
 template <class Cfg, class X, class DY, class DRO, class DX, class DR>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_kernel(const RmsNormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  constexpr int ITEMS = Cfg::ITEMS;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
   __shared__ unsigned ticket_shared;
   __shared__ float mean_dot_shared;
@@ -185,29 +194,9 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_
   const int chunk = static_cast<int>(ticket % Cfg::CHUNKS);
   const long long r = ticket / Cfg::CHUNKS;
   const RmsBwdRow<VEC, X, none, DY, DRO, DX, DR> row{p, r, 0, p.rstd[r]};
-  const X* h = row_ptr<X>(p.x, p.shape, r);
-  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
-  Packed<X, VEC> hp[ITEMS];
-  Packed<DY, VEC> dp[ITEMS];
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int v = Cfg::vector(chunk, k);
-    if (Cfg::in_row(v)) {
-      hp[k] = load_packed<VEC>(h + v * VEC);
-      dp[k] = load_packed<VEC>(dy + v * VEC);
-    }
-  }
-  float dot = 0.f;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int v = Cfg::vector(chunk, k);
-    if (!Cfg::in_row(v)) continue;
-    float xh[VEC], g[VEC], d[VEC];
-    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
-  }
-  dot = row_sum<1, Cfg::TPR, 1>(dot, 0, static_cast<int>(threadIdx.x), reduce_storage);
+  ChunkRegs<Cfg, X, DY> regs;
+  regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
+  const float dot = row_sum<1, Cfg::TPR, 1>(regs.dot(row, chunk), 0, static_cast<int>(threadIdx.x), reduce_storage);
   float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
   if (threadIdx.x == 0) {
     dots[chunk] = dot;
@@ -223,25 +212,16 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_
     __threadfence();
   }
   __syncthreads();
-  // The row's sums in chunk order, read from L2 (__ldcg: another SM wrote them);
-  // the same bits in every CTA of the row.
+  // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
   if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    float total = 0.f;
-    for (int c = lane; c < Cfg::CHUNKS; c += 32) total += __ldcg(dots + c);
-    total = group_sum<32>(total);
-    if (lane == 0) mean_dot_shared = total / static_cast<float>(Cfg::N);
+    const float mean = mean_of_chunk_sums<Cfg>(static_cast<int>(threadIdx.x), [&](int c) { return __ldcg(dots + c); });
+    if (threadIdx.x == 0) mean_dot_shared = mean;
   }
   __syncthreads();
   const float mean_dot = mean_dot_shared;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int v = Cfg::vector(chunk, k);
-    if (!Cfg::in_row(v)) continue;
-    float xh[VEC], g[VEC], d[VEC];
-    row.expand(v * VEC, hp[k], dp[k], xh, g, d);
-    row.store_dx(v * VEC, xh, g, mean_dot);
-  }
+  regs.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
+    row.store_dx(col, xh, g, mean_dot);
+  });
 }
 
 }  // namespace nk
