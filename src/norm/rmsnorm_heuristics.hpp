@@ -53,7 +53,9 @@ RowPlan plan_rows(const RowPlanInputs& in);
 
 // The plan for a device with `sm_count` SMs: a synced split plan needs all of a
 // row's chunks resident at once (min_blocks CTAs per SM are guaranteed); with
-// fewer SMs than that takes, the two split kernels instead.
+// fewer SMs than that takes, the two split kernels instead. A process limited to
+// fewer SMs than the device has (MPS active-thread limits, green contexts) is not
+// seen here; branch wip/synced-timeout makes the kernel itself safe there.
 RowPlan fit_to_device(RowPlan plan, std::int64_t n, int sm_count);
 
 // Shared memory the stash of a backward plan needs per CTA: SLICE_V vectors of h
