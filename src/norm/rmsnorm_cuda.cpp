@@ -267,30 +267,26 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
     void* args[] = {&p};
 
     const RowPlan& plan = l.kernels.plan;
-    if (plan.synced) {
-      // One kernel: chunk sums, a wait per row, dx. Its counters start at zero.
+    if (plan.split) {
+      // One CTA per (row, chunk): the dot-product kernel, or the synced kernel
+      // (chunk sums, a wait per row, dx), whose counters start at zero.
       p.row_dot_partial = ws + l.sums_floats;
-      p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + a.shape.rows * l.chunks);
-      runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
-      rt::LaunchConfig cfg;
-      cfg.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd");
-      cfg.block.x = static_cast<unsigned>(plan.tpr);
-      cfg.stream = a.stream;
-      runtime.launch(l.kernels.rows, cfg, args);
-    } else if (plan.split) {
-      // The rows' dot products in column chunks, then dx (and dw/db) per chunk.
-      p.row_dot_partial = ws + l.sums_floats;
-      rt::LaunchConfig dots;
-      dots.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd (row dot products)");
-      dots.block.x = static_cast<unsigned>(plan.tpr);
-      dots.stream = a.stream;
-      runtime.launch(l.kernels.row_dots, dots, args);
-      rt::LaunchConfig rows;
-      rows.grid.x = checked_grid(l.chunks * l.row_ctas, "rmsnorm_bwd");
-      rows.grid.y = static_cast<unsigned>(a.heads);
-      rows.block.x = static_cast<unsigned>(plan.tpr);
-      rows.stream = a.stream;
-      runtime.launch(l.kernels.rows, rows, args);
+      rt::LaunchConfig per_chunk;
+      per_chunk.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd (row chunks)");
+      per_chunk.block.x = static_cast<unsigned>(plan.tpr);
+      per_chunk.stream = a.stream;
+      if (plan.synced) {
+        p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + a.shape.rows * l.chunks);
+        runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
+        runtime.launch(l.kernels.rows, per_chunk, args);
+      } else {
+        // Then dx (and dw/db) per chunk, for a strided set of rows per CTA.
+        runtime.launch(l.kernels.row_dots, per_chunk, args);
+        rt::LaunchConfig rows = per_chunk;
+        rows.grid.x = checked_grid(l.chunks * l.row_ctas, "rmsnorm_bwd");
+        rows.grid.y = static_cast<unsigned>(a.heads);
+        runtime.launch(l.kernels.rows, rows, args);
+      }
     } else {
       rt::LaunchConfig cfg;
       cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, "rmsnorm_bwd");
