@@ -26,8 +26,9 @@ constexpr DType f32 = DType::kFloat32;
 int arch_of(const std::string& target) { return Target::parse(target).arch; }
 
 RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,
-             bool param_grads = false) {
+             bool param_grads = false, bool few_rows = false) {
   RowPlanInputs in;
+  in.few_rows = few_rows;
   in.n = n;
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(dtype_size(x));
@@ -189,16 +190,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   // cluster with the sums in registers (two launches), up to 8 CTAs; without
   // dw/db, without clusters or beyond 8 CTAs, the plans above.
   auto few = [](std::int64_t n, DType x, bool dbias, bool grads, const std::string& target) {
-    RowPlanInputs in;
-    in.n = n;
-    in.max_vec = 8;
-    in.x_bytes = in.dout_bytes = static_cast<int>(dtype_size(x));
-    in.backward = true;
-    in.dbias = dbias;
-    in.param_grads = grads;
-    in.arch = arch_of(target);
-    in.few_rows = true;
-    return plan_rows(in);
+    return plan(n, x, true, dbias, target, 8, grads, /*few_rows=*/true);
   };
   for (const auto& [n, x, dbias, cluster] : {std::tuple{32768L, bf16, false, 4}, {32768L, bf16, true, 8},
                                              {32768L, f32, false, 4}, {65536L, f16, false, 8}, {16384L, bf16, false, 2}}) {

@@ -12,38 +12,19 @@
 #include "normkit/runtime/error.hpp"
 #include "normkit/runtime/runtime.hpp"
 #include "normkit/runtime/selftest.hpp"
+#include "fake_probe.hpp"
 
 using namespace normkit::rt;
 
 namespace {
 
-struct FakeProbe {
-  int (*module_loads)(int);
-  int (*launches)(int);
-  void (*last_launch)(unsigned*, unsigned*, int*, int*);
-  unsigned long long (*device_pointer)(int, unsigned long long);
-  unsigned long long (*capturing_stream)();
-};
+using nktest::FakeProbe;
 
 class MultiDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* path = std::getenv("NORMKIT_CUDA_DRIVER_PATH");
-    ASSERT_NE(path, nullptr) << "run through ctest: NORMKIT_CUDA_DRIVER_PATH must name the fake driver";
-    // The runtime opened (or will open) the same file; dlopen returns that handle.
-    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(h, nullptr) << dlerror();
-    probe_.module_loads = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_module_loads"));
-    probe_.launches = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_launches"));
-    probe_.last_launch = reinterpret_cast<void (*)(unsigned*, unsigned*, int*, int*)>(dlsym(h, "fake_cuda_last_launch"));
-    probe_.device_pointer =
-        reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(dlsym(h, "fake_cuda_device_pointer"));
-    probe_.capturing_stream = reinterpret_cast<unsigned long long (*)()>(dlsym(h, "fake_cuda_capturing_stream"));
-    ASSERT_TRUE(probe_.module_loads && probe_.launches && probe_.last_launch && probe_.device_pointer &&
-                probe_.capturing_stream);
-    char dir[] = "/tmp/normkit-fake-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    setenv("NORMKIT_CACHE_DIR", dir, 1);
+    nktest::open_fake_driver(&probe_);
+    if (HasFatalFailure()) return;
     rt().reload_config();
     rt().reset_counters();
   }

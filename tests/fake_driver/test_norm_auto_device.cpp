@@ -3,9 +3,7 @@
 // agree. Run against the fake driver (two devices), so that this is covered on any
 // machine: host data takes the CPU fallback, device data runs on the data's
 // device whatever device is current, and a mix names the argument that disagrees.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cmath>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "normkit/norm/rmsnorm.hpp"
 #include "normkit/runtime/error.hpp"
 #include "normkit/runtime/runtime.hpp"
+#include "fake_probe.hpp"
 
 using namespace normkit::norm;
 
@@ -25,20 +24,14 @@ constexpr std::int64_t kRows = 8, kN = 1024;
 class NormAutoDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* path = std::getenv("NORMKIT_CUDA_DRIVER_PATH");
-    ASSERT_NE(path, nullptr) << "run through ctest: NORMKIT_CUDA_DRIVER_PATH must name the fake driver";
-    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(h, nullptr) << dlerror();
-    launches_ = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_launches"));
-    device_pointer_ = reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(
-        dlsym(h, "fake_cuda_device_pointer"));
-    ASSERT_TRUE(launches_ && device_pointer_);
-    char dir[] = "/tmp/normkit-fake-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    setenv("NORMKIT_CACHE_DIR", dir, 1);
+    nktest::open_fake_driver(&probe_);
+    if (HasFatalFailure()) return;
     normkit::rt::Runtime::instance().reload_config();
   }
-  void* on(int device, unsigned long long offset) { return reinterpret_cast<void*>(device_pointer_(device, offset)); }
+  void* on(int device, unsigned long long offset) {
+    return reinterpret_cast<void*>(probe_.device_pointer(device, offset));
+  }
+  int launches(int device) const { return probe_.launches(device); }
 
   // Forward arguments with every pointer given; device left at its default (kAuto).
   static RmsNormFwdArgs fwd(const void* x, void* out, const void* w, float* rstd) {
@@ -59,8 +52,7 @@ class NormAutoDevice : public ::testing::Test {
     return "";
   }
 
-  int (*launches_)(int) = nullptr;
-  unsigned long long (*device_pointer_)(int, unsigned long long) = nullptr;
+  nktest::FakeProbe probe_;
 };
 
 }  // namespace
@@ -79,18 +71,18 @@ TEST_F(NormAutoDevice, HostDataRunsTheCpuFallbackWithTheSameBits) {
   EXPECT_EQ(std::memcmp(out_auto.data(), out_cpu.data(), out_cpu.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(rstd_auto.data(), rstd_cpu.data(), rstd_cpu.size() * sizeof(float)), 0);
   EXPECT_FALSE(std::isnan(out_auto[0]));
-  EXPECT_EQ(launches_(0) + launches_(1), 0);
+  EXPECT_EQ(launches(0) + launches(1), 0);
 }
 
 TEST_F(NormAutoDevice, DeviceDataRunsOnItsDeviceNotTheCurrentOne) {
   // Nothing is current on this thread; the data lives on cuda:1.
   const unsigned long long row_bytes = kRows * kN * sizeof(float);
   rmsnorm_fwd(fwd(on(1, 0), on(1, row_bytes), on(1, 2 * row_bytes), static_cast<float*>(on(1, 3 * row_bytes))));
-  EXPECT_EQ(launches_(1), 1);
-  EXPECT_EQ(launches_(0), 0);
+  EXPECT_EQ(launches(1), 1);
+  EXPECT_EQ(launches(0), 0);
   rmsnorm_fwd(fwd(on(0, 0), on(0, row_bytes), on(0, 2 * row_bytes), static_cast<float*>(on(0, 3 * row_bytes))));
-  EXPECT_EQ(launches_(0), 1);
-  EXPECT_EQ(launches_(1), 1);
+  EXPECT_EQ(launches(0), 1);
+  EXPECT_EQ(launches(1), 1);
 }
 
 TEST_F(NormAutoDevice, MixedPlacementsAreErrorsNamingTheArgument) {
@@ -106,5 +98,5 @@ TEST_F(NormAutoDevice, MixedPlacementsAreErrorsNamingTheArgument) {
   e = error_of(fwd(on(0, 0), on(1, 0), on(0, row_bytes), static_cast<float*>(on(0, 2 * row_bytes))));
   EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
   EXPECT_NE(e.find("cuda:1"), std::string::npos) << e;
-  EXPECT_EQ(launches_(0) + launches_(1), 0) << "nothing may run after a failed check";
+  EXPECT_EQ(launches(0) + launches(1), 0) << "nothing may run after a failed check";
 }

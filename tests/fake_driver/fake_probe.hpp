@@ -1,0 +1,42 @@
+// The fake driver's test hooks (fake_cuda_driver.cpp), for the tests that run
+// against it: how many modules each fake device loaded and kernels it launched,
+// the last launch, and fake device pointers.
+#pragma once
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace nktest {
+
+struct FakeProbe {
+  int (*module_loads)(int) = nullptr;
+  int (*launches)(int) = nullptr;
+  void (*last_launch)(unsigned*, unsigned*, int*, int*) = nullptr;
+  unsigned long long (*device_pointer)(int, unsigned long long) = nullptr;
+  unsigned long long (*capturing_stream)() = nullptr;
+};
+
+// Fills `probe` from the fake driver the runtime opens (NORMKIT_CUDA_DRIVER_PATH,
+// set by ctest) and points NORMKIT_CACHE_DIR at a fresh directory. Fatal gtest
+// failures when either is impossible (check HasFatalFailure() after).
+inline void open_fake_driver(FakeProbe* probe) {
+  const char* path = std::getenv("NORMKIT_CUDA_DRIVER_PATH");
+  ASSERT_NE(path, nullptr) << "run through ctest: NORMKIT_CUDA_DRIVER_PATH must name the fake driver";
+  // The runtime opened (or will open) the same file; dlopen returns that handle.
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  probe->module_loads = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_module_loads"));
+  probe->launches = reinterpret_cast<int (*)(int)>(dlsym(h, "fake_cuda_launches"));
+  probe->last_launch = reinterpret_cast<void (*)(unsigned*, unsigned*, int*, int*)>(dlsym(h, "fake_cuda_last_launch"));
+  probe->device_pointer =
+      reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(dlsym(h, "fake_cuda_device_pointer"));
+  probe->capturing_stream = reinterpret_cast<unsigned long long (*)()>(dlsym(h, "fake_cuda_capturing_stream"));
+  ASSERT_TRUE(probe->module_loads && probe->launches && probe->last_launch && probe->device_pointer &&
+              probe->capturing_stream);
+  char dir[] = "/tmp/normkit-fake-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("NORMKIT_CACHE_DIR", dir, 1);
+}
+
+}  // namespace nktest
