@@ -18,18 +18,6 @@ struct f16 {
 };
 struct none {};
 
-// select_t<C, A, B>: A when C, else B (NVRTC has no <type_traits> here).
-template <bool C, class A, class B>
-struct select {
-  using type = A;
-};
-template <class A, class B>
-struct select<false, A, B> {
-  using type = B;
-};
-template <bool C, class A, class B>
-using select_t = typename select<C, A, B>::type;
-
 template <class T>
 inline constexpr bool is_none = false;
 template <>

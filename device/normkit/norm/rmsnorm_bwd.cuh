@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       }
     };
     // Loads are issued before the arithmetic that uses them: every load of the
-    // row (REGS), or STASH_GROUP items at a time. Loaded and used item by item,
+    // row (REGS), or kStashGroup items at a time. Loaded and used item by item,
     // the compiler reused one load's registers for the next and serialized them
     // (see rmsnorm_fwd.cuh).
     if constexpr (Cfg::REGS) {
