@@ -55,7 +55,7 @@ def median_ci95(values):
     return [v[max(0, int(n / 2 - half))], v[min(n - 1, int(n / 2 + half))]]
 
 
-def loop_us(normkit_fn, eager_fn, calls=100, rounds=None, ratios_out=None):
+def loop_us(normkit_fn, eager_fn, rounds, calls=100, ratios_out=None):
     """Per-call time of `calls` back-to-back calls between two CUDA events, for
     normkit and eager in turn, over `rounds` rounds (the order alternating from
     round to round). This is what an eager loop sees: host time where the host is
@@ -64,7 +64,6 @@ def loop_us(normkit_fn, eager_fn, calls=100, rounds=None, ratios_out=None):
     rounds' eager/normkit ratios: each ratio pairs two timings taken back to back,
     so drift of the machine's host speed over the run (10-15% here) cancels out
     of it, where a ratio of medians from separate moments keeps it."""
-    rounds = rounds or ROUNDS
     fns = (normkit_fn, eager_fn)
     times = ([], [])
     for r in range(rounds):
@@ -106,7 +105,6 @@ def shapes(quick, ns, ms, dtypes=None, weights=("same", "none")):
 
 
 def main():
-    global ROUNDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output folder for eager-comparison.json / .md")
     ap.add_argument("--quick", action="store_true", help="bf16 and every third N only")
@@ -127,7 +125,6 @@ def main():
     rows, seen = [], set()
     ns = [int(v) for v in args.n.split(",")]
     ms = [int(v) for v in args.m.split(",")]
-    ROUNDS = args.rounds  # the loop's default
     for dt, weight, m, n in shapes(args.quick, ns, ms, args.dtypes.split(","), args.weights.split(",")):
         if (dt, weight, m, n) in seen:
             continue
@@ -159,21 +156,22 @@ def main():
             with torch.no_grad():
                 (row["fwd_loop_normkit_us"], row["fwd_loop_eager_us"],
                  row["fwd_loop_speedup_vs_eager"]) = loop_us(
-                    lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6))
+                    lambda: nkt.rmsnorm(x, w, eps=1e-6), lambda: F.rms_norm(x, (n,), w, eps=1e-6), args.rounds)
         if host_bound("bwd", bwd_bytes):
             ratios, control = [], []
             (row["bwd_loop_normkit_us"], row["bwd_loop_eager_us"],
              row["bwd_loop_speedup_vs_eager"]) = loop_us(
                 lambda: torch.autograd.grad(y_nk, params, dy, retain_graph=True),
-                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), ratios_out=ratios)
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), args.rounds, ratios_out=ratios)
             # A/A control: eager against a second eager graph, timed the same way.
             # Its distance from 1.0 is the measurement's own spread at this shape.
             y_ea2 = F.rms_norm(x, (n,), w, eps=1e-6)
             row["bwd_loop_control_eager_vs_eager"] = loop_us(
                 lambda: torch.autograd.grad(y_ea2, params, dy, retain_graph=True),
-                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), ratios_out=control)[2]
-            if median_ci95(ratios):
-                row["bwd_loop_ratio_ci95"] = median_ci95(ratios)
+                lambda: torch.autograd.grad(y_ea, params, dy, retain_graph=True), args.rounds, ratios_out=control)[2]
+            ci = median_ci95(ratios)
+            if ci:
+                row["bwd_loop_ratio_ci95"] = ci
                 row["bwd_loop_control_ci95"] = median_ci95(control)
         for d, b in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
             row[f"{d}_bytes"] = b
