@@ -131,6 +131,7 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
+         (prefetch ? " prefetch" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -174,6 +175,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   int tpr_max;
   if (!in.backward) {
     // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
+    // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
+    // instead of one) measured slower on H200 (docs/perf/h200.md, 2026-11-29):
+    // bf16 N=32768 0.71x copy against 0.79x, N=262144 0.53x against 0.58x.
     tpr = threads_for(32);
     tpr_max = 1024;
   } else {
@@ -220,12 +224,27 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const int cta_target = in.backward ? 128 : 256;
   p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
 
+  // 16-bit register-resident backward rows of >= 256 threads prefetch their CTA's
+  // next row (a second register set of h and dout; rmsnorm_bwd_kernel's PREFETCH).
+  // H200, M*N = 2^27 with weight, ratio to copy without -> with: bf16 N=4096
+  // 0.70 -> 0.76, N=8192 0.63 -> 0.70. Shorter rows (several per CTA) lost with it
+  // (N=1024 0.80 -> 0.76: 125 registers, fewer CTAs per SM), and so did
+  // register-resident clusters of 2-8 CTAs with it (bf16 N=32768 0.27x, fp32
+  // N=16384 0.31x: every row waits on a cluster-wide barrier). fp32 rows measured
+  // 0.90-0.95x without it, and rows without dw/db sums (the column pass follows)
+  // 0.49x with it against 0.53x (bf16 N=16384). Scalar rows spilled with it.
+  if (in.backward && p.regs && p.row_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
+      p.vec * in.x_bytes >= 8)
+    p.prefetch = true;
+
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
   const std::int64_t owned = ((slice_v + p.tpr - 1) / p.tpr) * p.vec;
   // Registers per owned element: forward h; backward h + dout in storage dtype,
   // plus the fp32 column sums when the row kernel keeps them.
-  const int per_elem = !in.backward ? 1 : (in.x_bytes >= 4 ? 2 : 1) + (p.row_sums ? (in.dbias ? 2 : 1) : 0);
+  const int row_regs = in.x_bytes >= 4 ? 2 : 1;
+  const int per_elem = !in.backward ? 1
+                                    : row_regs * (p.prefetch ? 2 : 1) + (p.row_sums ? (in.dbias ? 2 : 1) : 0);
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
   const std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;

@@ -133,7 +133,8 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   e << "nk::rmsnorm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ", "
-    << (s.plan.row_sums ? "true" : "false") << ", " << (s.plan.stash ? "true" : "false") << ">";
+    << (s.plan.row_sums ? "true" : "false") << ", " << (s.plan.stash ? "true" : "false") << ", "
+    << (s.plan.prefetch ? "true" : "false") << ">";
   return make("rmsnorm_bwd", "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

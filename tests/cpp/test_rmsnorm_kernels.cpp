@@ -144,6 +144,29 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
 }
 
 // The classes above really are different kernels on each target.
+// The two-deep row pipeline of the backward row kernel is used where it measured
+// faster (16-bit rows of one CTA of >= 256 threads with dw/db sums) and nowhere else.
+TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
+  for (std::int64_t n : {4096, 8192}) {
+    for (DType x : {bf16, f16}) {
+      for (bool dbias : {false, true}) {
+        const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
+        // With db, N=8192 needs 1024 threads: dw/db then come from the column pass.
+        EXPECT_EQ(p.prefetch, p.row_sums) << n << " " << p.str();
+        EXPECT_EQ(p.row_sums, !(dbias && n == 8192)) << n << " " << p.str();
+        EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
+      }
+    }
+    EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).prefetch) << n;
+    EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
+    EXPECT_FALSE(plan(n, bf16, true, false, "sm_90a", 1, true).prefetch) << n;  // scalar rows
+  }
+  for (std::int64_t n : {256, 1024, 16384, 32768, 131072}) {
+    const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
+    EXPECT_FALSE(p.prefetch) << n << " " << p.str();
+  }
+}
+
 TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
