@@ -93,9 +93,11 @@ struct RowStash {
 };
 
 // Stash kernels load this many items of h and dout (16-byte vectors each) before
-// using them: 8 loads in flight per thread, 32 registers, within the 85-register
-// cap of three 256-thread CTAs per SM.
-inline constexpr int kStashGroup = 4;
+// using them: 6 loads in flight per thread, 24 registers, within the 85-register
+// cap of three 256-thread CTAs per SM (3 x 256 x 96 bytes in flight per SM). At 4
+// items the kernel sat exactly at 80 registers and spilled once its row loop
+// moved into the lambdas that the prefetching row kernel shares.
+inline constexpr int kStashGroup = 3;
 
 // PREFETCH (REGS only): the rows a CTA walks are pipelined two deep. Row i+1's
 // loads are issued before row i's arithmetic, reduction and stores, into a
