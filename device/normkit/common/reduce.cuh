@@ -42,6 +42,14 @@ __device__ __forceinline__ float cluster_load(const float* local, unsigned rank)
   return v;
 }
 
+// Writes v to the same shared-memory variable in CTA `rank` of the cluster.
+__device__ __forceinline__ void cluster_store(float* local, unsigned rank, float v) {
+  unsigned addr, remote;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+
 // Shared scratch of one row reduction: ROWS independent groups of TPR threads
 // (TPR threads per row, a power of two), each row possibly spread over CLUSTER CTAs.
 template <int ROWS, int TPR, int CLUSTER>
@@ -49,10 +57,19 @@ struct RowReduceStorage {
   static constexpr int WARPS = TPR > 32 ? TPR / 32 : 1;
   float warp_partial[ROWS][WARPS];
   float cta_partial[ROWS];
+  // ONCE reductions: slot c holds CTA c's partial, written by CTA c into every CTA.
+  float cta_partials[ROWS][CLUSTER];
 };
 
 // Sum of v over the TPR threads of row `sub` (and over the cluster's CTAs).
-template <int ROWS, int TPR, int CLUSTER>
+//
+// ONCE: the kernel calls it once per CTA (one row per CTA, then exits). The
+// cluster step then pushes each CTA's partial into every CTA's shared memory and
+// needs one cluster barrier instead of two: after it no CTA reads or writes
+// another's shared memory, so any may exit. Kernels that reduce again (walking
+// rows) must not use it, since a fast CTA's next push could overwrite a slot a
+// slower one has not read yet; they pull, with a second barrier.
+template <int ROWS, int TPR, int CLUSTER, bool ONCE = false>
 __device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowReduceStorage<ROWS, TPR, CLUSTER>& s) {
   constexpr int WIDTH = TPR < 32 ? TPR : 32;
   v = group_sum<WIDTH>(v);
@@ -64,14 +81,20 @@ __device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowR
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) v += s.warp_partial[sub][w];
   }
-  if constexpr (CLUSTER > 1) {
+  if constexpr (CLUSTER > 1 && ONCE) {
+    if (lane_in_row < CLUSTER) cluster_store(&s.cta_partials[sub][cluster_rank()], lane_in_row, v);
+    cluster_sync();  // every push has landed; nothing remote is touched after this
+    v = 0.f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) v += s.cta_partials[sub][r];
+  } else if constexpr (CLUSTER > 1) {
     if (lane_in_row == 0) s.cta_partial[sub] = v;
     cluster_sync();  // every CTA's partial is visible cluster-wide
     v = 0.f;
 #pragma unroll
     for (int r = 0; r < CLUSTER; ++r) v += cluster_load(&s.cta_partial[sub], r);
     cluster_sync();  // nobody overwrites (or exits with) a partial another CTA still reads
-  } else if constexpr (TPR > 32) {
+  } else if constexpr (TPR > 32 && !ONCE) {
     __syncthreads();  // warp_partial is reused by the next call
   }
   return v;

@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
     for (int i = 0; i < VEC; ++i) sum_sq += v[i] * v[i];
   });
 
-  sum_sq = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(sum_sq, t.sub, t.lane, reduce_storage);
+  // One row per CTA and one reduction: ONCE (one cluster barrier, not two).
+  sum_sq = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true>(sum_sq, t.sub, t.lane, reduce_storage);
   // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
   const float rstd = 1.f / sqrtf(sum_sq / static_cast<float>(Cfg::N) + p.eps);
   if constexpr (STORE_RSTD) {
