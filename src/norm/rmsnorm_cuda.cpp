@@ -1,6 +1,6 @@
-// CUDA path of RMSNorm: arguments (already validated) -> vector width from the
-// data's alignment -> launch plan (heuristics) -> kernel from the runtime ->
-// launch on the caller's stream.
+// CUDA path of RMSNorm and LayerNorm (norm_cuda.hpp): arguments (already
+// validated) -> vector width from the data's alignment -> launch plan
+// (heuristics) -> kernel from the runtime -> launch on the caller's stream.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -10,6 +10,7 @@
 #include "normkit/runtime/runtime.hpp"
 #include "normkit/norm/params.cuh"
 #include "kernel_memo.hpp"
+#include "norm_cuda.hpp"
 #include "rmsnorm_heuristics.hpp"
 #include "rmsnorm_internal.hpp"
 #include "rmsnorm_kernels.hpp"
@@ -72,7 +73,9 @@ struct FwdKernel {
 };
 }  // namespace
 
-void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
+void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) { norm_fwd_cuda(a, nullptr, kRmsNorm, device); }
+
+void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, int device) {
   reject_fp64_on_gpu(a);
   if (a.shape.rows == 0) return;
   rt::Runtime& runtime = rt::Runtime::instance();
@@ -89,10 +92,13 @@ void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
   spec.weight = dtype_if(a.weight);
   spec.bias = dtype_if(a.bias);
   spec.out = a.out.dtype;
-  spec.store_rstd = a.rstd != nullptr;
+  // The kernel stores mean and rstd together.
+  spec.store_rstd = a.rstd != nullptr || mean != nullptr;
+  spec.center = kind.center;
 
   static KernelMemo<FwdKernel> memo;
-  const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0),
+  const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
+                        (spec.center ? 1LL << 25 : 0),
                     spec.n,
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
@@ -100,13 +106,22 @@ void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
-    log_plan("rmsnorm_fwd", a.shape.n, spec.plan);
+    log_plan(kind.fwd_name, a.shape.n, spec.plan);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream)};
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
+  // The in-place fused add (residual_out is residual): only register-resident rows
+  // read all of a row before writing it; the two-pass kernel re-reads residual.
+  NK_CHECK(plan.regs || !a.residual.present() || a.residual_out.data != a.residual.data, kind.fwd_name,
+           ": in place (residual_out is residual), rows of N=", a.shape.n,
+           " are too long for the register-resident kernel on this GPU; pass a separate residual_out");
+  // rstd is written with mean; a LayerNorm caller that wants only the mean still
+  // gets a place for rstd from its own scratch (the kernel writes both or neither).
+  NK_CHECK(!spec.store_rstd || (a.rstd != nullptr && (!kind.center || mean != nullptr)), kind.fwd_name,
+           ": mean and rstd are stored together; pass both or neither");
 
-  nk::RmsNormFwdParams p{};
+  nk::NormFwdParams p{};
   p.shape = rows_shape(a.shape, a.heads);
   p.x = rows_param(a.x);
   p.residual = rows_param(a.residual);
@@ -115,12 +130,13 @@ void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) {
   p.weight = a.weight.data;
   p.bias = a.bias.data;
   p.rstd = a.rstd;
+  p.mean = mean;
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
 
   rt::LaunchConfig cfg;
   const std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
-  cfg.grid.x = checked_grid(groups * plan.cluster, "rmsnorm_fwd");
+  cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
   cfg.stream = a.stream;
@@ -145,15 +161,16 @@ struct BwdLaunch {
   std::int64_t parts = 0;     // partial sums per head (rows of the workspace)
   std::int64_t chunks = 0;    // split plans: column chunks of a row
   std::size_t sums_floats = 0;  // the dw/db partials at the start of the workspace
+  std::size_t dot_floats = 0;   // split plans: the rows' chunk sums after them
   std::size_t sync_words = 0;   // synced plans: counters at the end of the workspace
   std::size_t workspace = 0;
   // One row-kernel CTA (cluster) per head summing dw in registers, no dbias: it
-  // writes dweight itself (RmsNormBwdParams::dweight_final); no reduction launch.
+  // writes dweight itself (NormBwdParams::dweight_final); no reduction launch.
   bool dweight_direct = false;
 };
 
 // Plan (and, when `load`, the loaded kernels) of a backward call.
-BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
+BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int device, bool load) {
   rt::Runtime& runtime = rt::Runtime::instance();
   VecLimit limit{a.shape};
   for (const Rows* t : {&a.x, &a.dout, &a.dresidual_out, &a.dx, &a.dresidual}) limit.rows(*t);
@@ -169,13 +186,14 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   spec.dresidual = dtype_if(a.dresidual);
   spec.dbias = dtype_if(a.dbias);
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsElements;
+  spec.center = kind.center;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
                     dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
                         dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
                         dtype_code(spec.dresidual) << 20 | dtype_code(spec.dbias) << 24,
-                    spec.few_rows ? 1 : 0};
+                    (spec.few_rows ? 1 : 0) | (spec.center ? 2 : 0)};
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
@@ -183,7 +201,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
     k.plan = spec.plan =
         fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
     if (load) {
-      log_plan("rmsnorm_bwd", a.shape.n, spec.plan);
+      log_plan(kind.bwd_name, a.shape.n, spec.plan);
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
@@ -213,7 +231,10 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
   const std::size_t sums = (a.weight.present() && !l.dweight_direct ? 1 : 0) + (a.dbias.present() ? 1 : 0);
   l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                   static_cast<std::size_t>(a.shape.n);
-  const std::size_t dot_floats = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
+  // Chunk sums of g * xhat, and of g for LayerNorm (NormBwdParams::row_dot_partial).
+  const std::size_t dot_floats =
+      (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
+  l.dot_floats = dot_floats;
   // Synced plans: the ticket and per-row counters after the chunk sums.
   l.sync_words = plan.synced && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
   l.workspace = (l.sums_floats + dot_floats + l.sync_words) * sizeof(float);
@@ -223,35 +244,46 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, int device, bool load) {
 }  // namespace
 
 std::size_t rmsnorm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, int device) {
-  reject_fp64_on_gpu(a, "rmsnorm_bwd_workspace_bytes");
-  if (a.shape.rows == 0) return 0;
-  return plan_backward(a, device, /*load=*/false).workspace;
+  return norm_bwd_workspace_bytes_cuda(a, kRmsNorm, device);
 }
 
 void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator allocate, void* context) {
-  reject_fp64_on_gpu(call);
+  norm_bwd_cuda(call, nullptr, kRmsNorm, device, allocate, context);
+}
+
+std::size_t norm_bwd_workspace_bytes_cuda(const RmsNormBwdArgs& a, const NormKind& kind, int device) {
+  reject_fp64_on_gpu(a, kind.center ? "layernorm_bwd_workspace_bytes" : "rmsnorm_bwd_workspace_bytes");
+  if (a.shape.rows == 0) return 0;
+  return plan_backward(a, kind, device, /*load=*/false).workspace;
+}
+
+void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind& kind, int device,
+                   WorkspaceAllocator allocate, void* context) {
+  reject_fp64_on_gpu(call, kind.bwd_name);
+  NK_CHECK(!kind.center || mean != nullptr || call.shape.rows == 0, kind.bwd_name, ": argument 'mean' is required");
   RmsNormBwdArgs a = call;
   const bool param_grads = a.weight.present() || a.dbias.present();
   // With no rows the sums are zero: dweight/dbias are still written (by the
   // reduction over zero parts), dx has nothing to hold.
   if (a.shape.rows == 0 && !param_grads) return;
   rt::Runtime& runtime = rt::Runtime::instance();
-  const BwdLaunch l = plan_backward(a, device, /*load=*/true);
+  const BwdLaunch l = plan_backward(a, kind, device, /*load=*/true);
   if (l.workspace > 0 && a.workspace == nullptr && allocate != nullptr) {
     a.workspace = allocate(l.workspace, context);
     a.workspace_bytes = l.workspace;
   }
   NK_CHECK(l.workspace == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
-           "rmsnorm_bwd: argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
-           " are needed (ask rmsnorm_bwd_workspace_bytes)");
-  NK_CHECK(a.heads <= 65535, "rmsnorm_bwd: argument 'weight' has ", a.heads, " heads; at most 65535 are supported");
+           kind.bwd_name, ": argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
+           " are needed (ask ", kind.bwd_name, "_workspace_bytes)");
+  NK_CHECK(a.heads <= 65535, kind.bwd_name, ": argument 'weight' has ", a.heads,
+           " heads; at most 65535 are supported");
   const std::size_t per_sum = static_cast<std::size_t>(l.parts) * a.heads * a.shape.n;
   float* ws = static_cast<float*>(a.workspace);
   float* dweight_partial = a.weight.present() && !l.dweight_direct ? ws : nullptr;
   float* dbias_partial = a.dbias.present() ? ws + (dweight_partial != nullptr ? per_sum : 0) : nullptr;
 
   if (a.shape.rows > 0) {
-    nk::RmsNormBwdParams p{};
+    nk::NormBwdParams p{};
     p.shape = rows_shape(a.shape, a.heads);
     p.x = rows_param(a.x);
     p.dout = rows_param(a.dout);
@@ -260,6 +292,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
     p.dresidual = rows_param(a.dresidual);
     p.weight = a.weight.data;
     p.rstd = a.rstd;
+    p.mean = mean;
     p.dweight_partial = dweight_partial;
     p.dbias_partial = dbias_partial;
     p.dweight_final = l.dweight_direct ? a.dweight : nullptr;
@@ -272,24 +305,24 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
       // (chunk sums, a wait per row, dx), whose counters start at zero.
       p.row_dot_partial = ws + l.sums_floats;
       rt::LaunchConfig per_chunk;
-      per_chunk.grid.x = checked_grid(a.shape.rows * l.chunks, "rmsnorm_bwd (row chunks)");
+      per_chunk.grid.x = checked_grid(a.shape.rows * l.chunks, kind.bwd_name);
       per_chunk.block.x = static_cast<unsigned>(plan.tpr);
       per_chunk.stream = a.stream;
       if (plan.synced) {
-        p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + a.shape.rows * l.chunks);
+        p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
         runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
         runtime.launch(l.kernels.rows, per_chunk, args);
       } else {
         // Then dx (and dw/db) per chunk, for a strided set of rows per CTA.
         runtime.launch(l.kernels.row_dots, per_chunk, args);
         rt::LaunchConfig rows = per_chunk;
-        rows.grid.x = checked_grid(l.chunks * l.row_ctas, "rmsnorm_bwd");
+        rows.grid.x = checked_grid(l.chunks * l.row_ctas, kind.bwd_name);
         rows.grid.y = static_cast<unsigned>(a.heads);
         runtime.launch(l.kernels.rows, rows, args);
       }
     } else {
       rt::LaunchConfig cfg;
-      cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, "rmsnorm_bwd");
+      cfg.grid.x = checked_grid(l.row_ctas * plan.cluster, kind.bwd_name);
       cfg.grid.y = static_cast<unsigned>(a.heads);
       cfg.block.x = static_cast<unsigned>(plan.threads());
       if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
@@ -299,7 +332,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
       if (!plan.row_sums && param_grads) {
         rt::LaunchConfig col;
         col.grid.x =
-            checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, "rmsnorm_bwd (columns)");
+            checked_grid((a.shape.n / plan.vec + kColumnThreads - 1) / kColumnThreads, kind.bwd_name);
         col.grid.y = static_cast<unsigned>(l.parts);
         col.grid.z = static_cast<unsigned>(a.heads);
         col.block.x = kColumnThreads;
@@ -318,7 +351,7 @@ void rmsnorm_bwd_cuda(const RmsNormBwdArgs& call, int device, WorkspaceAllocator
   rp.parts = l.parts;
   rp.cols = a.heads * a.shape.n;
   rt::LaunchConfig cfg;
-  cfg.grid.x = checked_grid((rp.cols + 31) / 32, "rmsnorm_bwd (parameter gradients)");
+  cfg.grid.x = checked_grid((rp.cols + 31) / 32, kind.bwd_name);
   cfg.block.x = 32 * kParamReducePartLanes;
   cfg.stream = a.stream;
   void* args[] = {&rp};

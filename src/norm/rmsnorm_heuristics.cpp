@@ -81,7 +81,7 @@ bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
 // every feature on, sm_80 and sm_90a).
 constexpr int kSplitBlocks = 2;
 
-// Without dw/db the two split kernels become one (rmsnorm_bwd_synced_kernel):
+// Without dw/db the two split kernels become one (norm_bwd_synced_kernel):
 // CTAs keep their chunk in registers while they wait for the row's other chunk
 // sums, so h and dout are read once, as eager's row kernel reads them (fp32
 // N=131072/262144 without weight: the two kernels' five passes measured 0.99-1.01x
@@ -225,7 +225,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
 
   // 16-bit register-resident backward rows of >= 256 threads prefetch their CTA's
-  // next row (a second register set of h and dout; rmsnorm_bwd_kernel's PREFETCH).
+  // next row (a second register set of h and dout; norm_bwd_kernel's PREFETCH).
   // H200, M*N = 2^27 with weight, ratio to copy without -> with: bf16 N=4096
   // 0.70 -> 0.76, N=8192 0.63 -> 0.70. Shorter rows (several per CTA) lost with it
   // (N=1024 0.80 -> 0.76: 125 registers, fewer CTAs per SM), and so did

@@ -24,10 +24,10 @@ struct RowPlan {
   bool split = false;
   int split_items = 0;
   // Split rows without dw/db: one kernel that waits for its row's chunk sums
-  // (rmsnorm_bwd_synced_kernel), h and dout read once.
+  // (norm_bwd_synced_kernel), h and dout read once.
   bool synced = false;
   // Backward, register-resident rows: a persistent CTA loads its next row while it
-  // finishes the current one (two register sets; rmsnorm_bwd_kernel's PREFETCH).
+  // finishes the current one (two register sets; norm_bwd_kernel's PREFETCH).
   bool prefetch = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)

@@ -13,6 +13,11 @@ void register_norm_device_headers();  // generated from device/ at build time
 namespace normkit::norm::detail {
 namespace {
 
+const char* flag(bool b) { return b ? "true" : "false"; }
+
+// Kernel families are named per operator (counters, logs); the kernels are shared.
+std::string family(bool center, const char* suffix) { return std::string(center ? "layernorm" : "rmsnorm") + suffix; }
+
 const char* device_type(std::optional<DType> t) {
   if (!t) return "nk::none";
   switch (*t) {
@@ -88,9 +93,9 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
   RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt, std::nullopt};
   if (s.plan.split && !s.plan.synced) {
     std::ostringstream e;
-    e << "nk::rmsnorm_bwd_dot_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
-      << device_type(s.weight) << ", " << device_type(s.dout) << ">";
-    out.row_dots = make("rmsnorm_bwd_dot", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+    e << "nk::norm_bwd_dot_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.dout) << ", " << flag(s.center) << ">";
+    out.row_dots = make(family(s.center, "_bwd_dot"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
   }
   if (!s.weight && !s.dbias) return out;
   if (!s.plan.row_sums) {
@@ -101,6 +106,7 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
     col.dout = s.dout;
     col.dweight = s.weight.has_value();
     col.dbias = s.dbias.has_value();
+    col.center = s.center;
     out.columns = bwd_column_source(col);
   }
   out.param_reduce = param_reduce_source({s.weight, s.dbias});
@@ -109,41 +115,43 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
 
 rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   std::ostringstream e;
-  e << "nk::rmsnorm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+  e << "nk::norm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
-    << device_type(s.bias) << ", " << device_type(s.out) << ", " << (s.store_rstd ? "true" : "false") << ">";
-  return make("rmsnorm_fwd", "normkit/norm/rmsnorm_fwd.cuh", e.str());
+    << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
+    << ">";
+  return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 
 rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   std::ostringstream e;
   if (s.plan.synced) {
     NK_CHECK(!s.weight && !s.dbias, "rmsnorm_bwd: synced split plan with dw/db (internal)");
-    e << "nk::rmsnorm_bwd_synced_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+    e << "nk::norm_bwd_synced_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", " << device_type(s.dx) << ", "
-      << device_type(s.dresidual) << ">";
-    return make("rmsnorm_bwd_synced", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+      << device_type(s.dresidual) << ", " << flag(s.center) << ">";
+    return make(family(s.center, "_bwd_synced"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
   }
   if (s.plan.split) {
-    e << "nk::rmsnorm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+    e << "nk::norm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
-      << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ">";
-    return make("rmsnorm_bwd_split", "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+      << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
+      << flag(s.center) << ">";
+    return make(family(s.center, "_bwd_split"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
   }
-  e << "nk::rmsnorm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+  e << "nk::norm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ", "
     << (s.plan.row_sums ? "true" : "false") << ", " << (s.plan.stash ? "true" : "false") << ", "
-    << (s.plan.prefetch ? "true" : "false") << ">";
-  return make("rmsnorm_bwd", "normkit/norm/rmsnorm_bwd.cuh", e.str());
+    << flag(s.plan.prefetch) << ", " << flag(s.center) << ">";
+  return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 
 rt::KernelSource bwd_column_source(const RmsBwdColumnSpec& s) {
   std::ostringstream e;
-  e << "nk::rmsnorm_bwd_param_kernel<" << s.n << ", " << s.vec << ", " << kColumnThreads << ", " << device_type(s.x)
-    << ", " << device_type(s.dout) << ", " << (s.dweight ? "true" : "false") << ", " << (s.dbias ? "true" : "false")
+  e << "nk::norm_bwd_param_kernel<" << s.n << ", " << s.vec << ", " << kColumnThreads << ", " << device_type(s.x)
+    << ", " << device_type(s.dout) << ", " << flag(s.dweight) << ", " << flag(s.dbias) << ", " << flag(s.center)
     << ">";
-  return make("rmsnorm_bwd_param", "normkit/norm/rmsnorm_bwd.cuh", e.str());
+  return make(family(s.center, "_bwd_param"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 
 rt::KernelSource param_reduce_source(const ParamReduceSpec& s) {

@@ -1,6 +1,7 @@
-// The generated instantiations of the RMSNorm kernels: a spec (everything the
-// binary depends on) -> KernelSource for the runtime. Shared by the CUDA dispatch
-// and ahead-of-time precompilation so both name exactly the same kernels.
+// The generated instantiations of the norm kernels (RMSNorm, and LayerNorm: the
+// same kernels with `center`): a spec (everything the binary depends on) ->
+// KernelSource for the runtime. Shared by the CUDA dispatch and ahead-of-time
+// precompilation so both name exactly the same kernels.
 #pragma once
 
 #include <optional>
@@ -18,7 +19,8 @@ struct RmsFwdSpec {
   DType x = DType::kBFloat16;
   std::optional<DType> residual, residual_out, weight, bias;
   DType out = DType::kBFloat16;
-  bool store_rstd = false;
+  bool store_rstd = false;  // rstd (and LayerNorm's mean) stored
+  bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
 };
 
 struct RmsBwdSpec {
@@ -32,6 +34,7 @@ struct RmsBwdSpec {
   std::optional<DType> dresidual;
   std::optional<DType> dbias;   // dbias summed (in this dtype) when present
   bool few_rows = false;        // plan for a call of few rows (RowPlanInputs::few_rows)
+  bool center = false;          // LayerNorm
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.
@@ -42,6 +45,7 @@ struct RmsBwdColumnSpec {
   DType dout = DType::kBFloat16;
   bool dweight = false;
   bool dbias = false;
+  bool center = false;
 };
 inline constexpr int kColumnThreads = 256;
 

@@ -55,38 +55,41 @@ __device__ __forceinline__ void cluster_store(float* local, unsigned rank, float
 template <int ROWS, int TPR, int CLUSTER>
 struct RowReduceStorage {
   static constexpr int WARPS = TPR > 32 ? TPR / 32 : 1;
-  float warp_partial[ROWS][WARPS];
+  float warp_partial[2][ROWS][WARPS];  // [SLOT]: ONCE reductions of one kernel use their own
   float cta_partial[ROWS];
-  // ONCE reductions: slot c holds CTA c's partial, written by CTA c into every CTA.
-  float cta_partials[ROWS][CLUSTER];
+  // ONCE reductions: slot c holds CTA c's partial, written by CTA c into every
+  // CTA; one set per reduction of the kernel (LayerNorm's forward has two).
+  float cta_partials[2][ROWS][CLUSTER];
 };
 
 // Sum of v over the TPR threads of row `sub` (and over the cluster's CTAs).
 //
-// ONCE: the kernel calls it once per CTA (one row per CTA, then exits). The
-// cluster step then pushes each CTA's partial into every CTA's shared memory and
-// needs one cluster barrier instead of two: after it no CTA reads or writes
-// another's shared memory, so any may exit. Kernels that reduce again (walking
-// rows) must not use it, since a fast CTA's next push could overwrite a slot a
-// slower one has not read yet; they pull, with a second barrier.
-template <int ROWS, int TPR, int CLUSTER, bool ONCE = false>
+// ONCE: the kernel calls it at most once per SLOT (0 or 1) in each CTA (one row
+// per CTA, then exits). The cluster step then pushes each CTA's partial into
+// every CTA's shared memory and needs one cluster barrier instead of two: after
+// it no CTA reads or writes that slot set remotely again, so any CTA may go on or
+// exit. Kernels that reduce again in one slot (walking rows) must not use it,
+// since a fast CTA's next push could overwrite a value a slower one has not read
+// yet; they pull, with a second barrier.
+template <int ROWS, int TPR, int CLUSTER, bool ONCE = false, int SLOT = 0>
 __device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowReduceStorage<ROWS, TPR, CLUSTER>& s) {
   constexpr int WIDTH = TPR < 32 ? TPR : 32;
   v = group_sum<WIDTH>(v);
+  static_assert(SLOT == 0 || SLOT == 1, "two slot sets");
   if constexpr (TPR > 32) {
     constexpr int WARPS = TPR / 32;
-    if ((lane_in_row & 31) == 0) s.warp_partial[sub][lane_in_row / 32] = v;
+    if ((lane_in_row & 31) == 0) s.warp_partial[SLOT][sub][lane_in_row / 32] = v;
     __syncthreads();
     v = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) v += s.warp_partial[sub][w];
+    for (int w = 0; w < WARPS; ++w) v += s.warp_partial[SLOT][sub][w];
   }
   if constexpr (CLUSTER > 1 && ONCE) {
-    if (lane_in_row < CLUSTER) cluster_store(&s.cta_partials[sub][cluster_rank()], lane_in_row, v);
+    if (lane_in_row < CLUSTER) cluster_store(&s.cta_partials[SLOT][sub][cluster_rank()], lane_in_row, v);
     cluster_sync();  // every push has landed; nothing remote is touched after this
     v = 0.f;
 #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) v += s.cta_partials[sub][r];
+    for (int r = 0; r < CLUSTER; ++r) v += s.cta_partials[SLOT][sub][r];
   } else if constexpr (CLUSTER > 1) {
     if (lane_in_row == 0) s.cta_partial[sub] = v;
     cluster_sync();  // every CTA's partial is visible cluster-wide

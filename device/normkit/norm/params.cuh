@@ -50,20 +50,24 @@ NK_HOST_DEVICE constexpr long long split_vector(long long chunk, int k, int thre
   return chunk * tpr * items + static_cast<long long>(k) * tpr + thread;
 }
 
-struct RmsNormFwdParams {
+// Parameters of the forward of both norms (RMSNorm, and LayerNorm when the
+// kernel's CENTER is set: `mean` is then written like rstd, and weight_offset is 0).
+struct NormFwdParams {
   RowsShape shape;
   RowsParam x, residual, out, residual_out;
   const void* weight;
   const void* bias;
+  float* mean;
   float* rstd;
   float eps;
   float weight_offset;
 };
 
-struct RmsNormBwdParams {
+struct NormBwdParams {
   RowsShape shape;
   RowsParam x, dout, dresidual_out, dx, dresidual;
   const void* weight;
+  const float* mean;  // CENTER (LayerNorm) kernels only
   const float* rstd;
   // fp32 per-CTA partial sums, [parts][heads][N]; parts = gridDim.x / cluster.
   float* dweight_partial;
@@ -72,7 +76,8 @@ struct RmsNormBwdParams {
   // is no dbias: its dw sums are the final ones, stored here in the weight's
   // dtype ([heads][N]) instead of as a partial, and no reduction kernel follows.
   void* dweight_final;
-  // Split plans (rmsnorm_bwd_split.cuh): each row's dot product in column chunks, [rows][chunks].
+  // Split plans (rmsnorm_bwd_split.cuh): each row's dot product in column chunks,
+  // [rows][chunks], then (CENTER) each row's sum of g in column chunks, [rows][chunks].
   float* row_dot_partial;
   // Synced split plans: [0] the next ticket, [1 + r] chunks of row r that have
   // published their sums; zeroed before each launch.

@@ -1,7 +1,9 @@
-// RMSNorm backward. For each row (h = the forward's x + residual, rstd saved):
-//   xhat = h * rstd,   g = dout * (w + weight_offset)
-//   dx   = rstd * (g - xhat * mean(g * xhat)) (+ dresidual_out);  dresidual = dx
-// and across rows, per column (per head in per-head mode):
+// Backward of RMSNorm and (CENTER) LayerNorm. For each row (h = the forward's
+// x + residual; rstd and LayerNorm's mean saved):
+//   xhat = (h - mean) * rstd,   g = dout * (w + weight_offset)
+//   dx   = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dresidual_out);  dresidual = dx
+// (RMSNorm: mean = 0 and no mean(g) term), and across rows, per column (per head
+// in per-head mode):
 //   dw = sum dout * xhat,   db = sum dout.
 //
 // Why it is shaped this way: the grid is persistent — `parts` CTAs (clusters) per
@@ -12,7 +14,7 @@
 // Rows in one CTA (ROWS > 1) are combined through shared memory in row order
 // before the partial is written, which keeps `parts` (and the final reduction)
 // small for short rows. Long rows need their registers for the row itself: then
-// (ROW_SUMS false) the row kernel only produces dx, and rmsnorm_bwd_param_kernel
+// (ROW_SUMS false) the row kernel only produces dx, and norm_bwd_param_kernel
 // computes dw/db in a separate column-wise pass (dw needs only rstd, not the
 // row's dot product). Rows too long even for that (REGS false) are split over a
 // cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
@@ -106,14 +108,14 @@ inline constexpr int kStashGroup = 3;
 // of its loads to the start of the next row's: ncu on H200, bf16 N=4096 with
 // dw, 2 CTAs of 256 threads per SM: 55% of DRAM peak, 0.70x copy.
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
-          bool PREFETCH>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_kernel(const RmsNormBwdParams p) {
+          bool PREFETCH, bool CENTER>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
-  // registers or stash go to the row itself) rmsnorm_bwd_param_kernel computes them.
+  // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
   constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
   constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
@@ -147,6 +149,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     long long r;
     bool active;
     float rstd;
+    float mean;
   };
   // The row stays in registers in its storage dtype (half the registers of fp32
   // for 16-bit data); xhat and g are recomputed from it in the epilogue.
@@ -162,6 +165,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
     at.active = j < rows_per_head;
     at.r = head + heads * (at.active ? j : 0);
     at.rstd = at.active ? p.rstd[at.r] : 0.f;
+    at.mean = CENTER && at.active ? p.mean[at.r] : 0.f;
     if constexpr (Cfg::REGS) {
       const X* h = row_ptr<X>(p.x, p.shape, at.r);
       const DY* dy = row_ptr<DY>(p.dout, p.shape, at.r);
@@ -178,14 +182,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
   // Pass 1 (the row's dot product and dw/db sums, or the stash), the reduction,
   // then dx. Every thread of the CTA calls it (the reduction has barriers).
   auto finish_row = [&](const RowAt& at, const HRow& hb, const DRow& db) {
-    const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, at.r, head_offset, at.rstd};
-    float dot = 0.f;
+    const NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER> row{p, at.r, head_offset, at.rstd, at.mean};
+    DotAccumulator<CENTER> dot;
     auto consume = [&](int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp) {
       const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
       row.expand(col, hp, dp, xh, g, d);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) dot += g[i] * xh[i];
+      dot.add(xh, g);
       if constexpr (STASH) {
         stash.h[t.slice_vector(k)] = hp;
         stash.dy[t.slice_vector(k)] = dp;
@@ -225,8 +228,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       }
     }
 
-    dot = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot, t.sub, t.lane, reduce_storage);
-    const float mean_dot = dot / static_cast<float>(Cfg::N);
+    RowDots means;
+    means.gx_mean = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot.gx, t.sub, t.lane, reduce_storage) /
+                    static_cast<float>(Cfg::N);
+    means.g_mean = 0.f;
+    if constexpr (CENTER)
+      means.g_mean = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot.g, t.sub, t.lane, reduce_storage) /
+                     static_cast<float>(Cfg::N);
     if (!at.active) return;
 
     for_each_item<Cfg>([&](int k) {
@@ -238,7 +246,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
       } else {
         row.expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
       }
-      row.store_dx(col, xh, g, mean_dot);
+      row.store_dx(col, xh, g, means);
     });
   };
 
@@ -273,13 +281,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_bwd_ker
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
-//   dw[c] = sum_r dout[r, c] * h[r, c] * rstd[r],   db[c] = sum_r dout[r, c].
+//   dw[c] = sum_r dout[r, c] * (h[r, c] - mean[r]) * rstd[r],   db[c] = sum_r dout[r, c]
+// (mean = 0 for RMSNorm).
 // Block (x: column chunk of THREADS * VEC columns, y: part = a contiguous chunk of
 // the head's rows, z: head); each thread walks its part's rows in order, so the
 // partial [part][head][N] is deterministic. A warp reads 32 adjacent vectors of a
 // row: coalesced, and each row's slice is touched by exactly one thread.
-template <int N, int VEC, int THREADS, class X, class DY, bool DW, bool DBIAS>
-__global__ void __launch_bounds__(THREADS) rmsnorm_bwd_param_kernel(const RmsNormBwdParams p) {
+template <int N, int VEC, int THREADS, class X, class DY, bool DW, bool DBIAS, bool CENTER>
+__global__ void __launch_bounds__(THREADS) norm_bwd_param_kernel(const NormBwdParams p) {
   const int col = (static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x)) * VEC;
   if (col >= N) return;
   const long long heads = p.shape.heads;
@@ -302,8 +311,9 @@ __global__ void __launch_bounds__(THREADS) rmsnorm_bwd_param_kernel(const RmsNor
       float h[VEC];
       load_vec<VEC>(row_ptr<X>(p.x, p.shape, r) + col, h);
       const float rstd = p.rstd[r];
+      const float mean = CENTER ? p.mean[r] : 0.f;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) dw[i] += d[i] * (h[i] * rstd);
+      for (int i = 0; i < VEC; ++i) dw[i] += d[i] * ((CENTER ? h[i] - mean : h[i]) * rstd);
     }
 #pragma unroll
     for (int i = 0; i < VEC; ++i) db[i] += d[i];

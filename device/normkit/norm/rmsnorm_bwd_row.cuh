@@ -1,20 +1,49 @@
-// The per-vector algebra of the RMSNorm backward, shared by every backward row
-// kernel (rmsnorm_bwd.cuh, rmsnorm_bwd_split.cuh) so that they differ only in
+// The per-vector algebra of the backward of both norms, shared by every backward
+// row kernel (rmsnorm_bwd.cuh, rmsnorm_bwd_split.cuh) so that they differ only in
 // where the row lives between its reduction and its epilogue:
-//   xhat = h * rstd,   g = dout * (w + weight_offset)
-//   dx   = rstd * (g - xhat * mean(g * xhat)) (+ dresidual_out);  dresidual = dx.
+//   xhat = (h - mean) * rstd   (mean = 0 for RMSNorm; CENTER: LayerNorm's saved mean)
+//   g    = dout * (w + weight_offset)
+//   dx   = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dresidual_out);  dresidual = dx
+// RMSNorm has no mean(g) term (the mean is not subtracted, so nothing depends on it).
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
 
 namespace nk {
 
-template <int VEC, class X, class W, class DY, class DRO, class DX, class DR>
-struct RmsBwdRow {
-  const RmsNormBwdParams& p;
+// A row's two means that dx needs; g_mean is 0 (and never computed) for RMSNorm.
+struct RowDots {
+  float gx_mean;
+  float g_mean;
+};
+
+// A thread's share of the row's sums of g * xhat and (CENTER) of g.
+template <bool CENTER>
+struct DotAccumulator {
+  float gx = 0.f;
+  float g = 0.f;
+  template <int VEC>
+  __device__ __forceinline__ void add(const float (&xh)[VEC], const float (&gv)[VEC]) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      gx += gv[i] * xh[i];
+      if constexpr (CENTER) g += gv[i];
+    }
+  }
+};
+
+template <int VEC, class X, class W, class DY, class DRO, class DX, class DR, bool CENTER>
+struct NormBwdRow {
+  static constexpr bool kCenter = CENTER;
+  const NormBwdParams& p;
   long long r;            // batch row
   long long head_offset;  // first element of the row's weight row ((r % heads) * N)
   float rstd;
+  float mean;             // CENTER only
+
+  __device__ static NormBwdRow make(const NormBwdParams& p, long long r, long long head_offset) {
+    return NormBwdRow{p, r, head_offset, p.rstd[r], CENTER ? p.mean[r] : 0.f};
+  }
 
   // xhat, g and dout of the vector at column `col` from its stored values.
   __device__ __forceinline__ void expand(int col, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
@@ -24,17 +53,17 @@ struct RmsBwdRow {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       d[i] = to_float(dp.v[i]);
-      xh[i] = to_float(hp.v[i]) * rstd;
+      xh[i] = (CENTER ? to_float(hp.v[i]) - mean : to_float(hp.v[i])) * rstd;
       g[i] = d[i] * w[i];
     }
   }
 
-  // dx (and dresidual) of the vector at `col`, given the row's mean(g * xhat).
+  // dx (and dresidual) of the vector at `col`, given the row's means.
   __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                           float mean_dot) const {
+                                           const RowDots& dots) const {
     float dx[VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) dx[i] = rstd * (g[i] - xh[i] * mean_dot);
+    for (int i = 0; i < VEC; ++i) dx[i] = rstd * ((CENTER ? g[i] - dots.g_mean : g[i]) - xh[i] * dots.gx_mean);
     if constexpr (!is_none<DRO>) {
       float dro[VEC];
       load_vec<VEC>(row_ptr<DRO>(p.dresidual_out, p.shape, r) + col, dro);

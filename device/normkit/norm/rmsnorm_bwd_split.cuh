@@ -1,4 +1,4 @@
-// RMSNorm backward for rows longer than a cluster's shared memory holds well
+// Backward of both norms for rows longer than a cluster's shared memory holds well
 // (the long-row plans of rmsnorm_heuristics.cpp): two kernels, no clusters.
 //
 // Why it is shaped this way: a row of 131072+ elements spread over a cluster of
@@ -6,10 +6,11 @@
 // moved ~2 TB/s there on H200, the two-pass kernel less), and dw/db then need a
 // third read of h and dout in the column pass. Here the row is cut into column
 // chunks that are independent until one number, the row's dot product:
-//  1. rmsnorm_bwd_dot_kernel: one CTA per (row, chunk) reads h and dout once and
-//     writes the chunk's sum of g * xhat to row_dot_partial[row][chunk]. Many
+//  1. norm_bwd_dot_kernel: one CTA per (row, chunk) reads h and dout once and
+//     writes the chunk's sum of g * xhat to row_dot_partial[row][chunk] (and,
+//     LayerNorm, its sum of g to the second [rows][chunks] block). Many
 //     small CTAs, no barrier beyond the CTA: a copy-like load pattern.
-//  2. rmsnorm_bwd_split_kernel: a CTA owns one column chunk for a strided set of
+//  2. norm_bwd_split_kernel: a CTA owns one column chunk for a strided set of
 //     rows (persistent over `parts`), adds the row's chunk sums in a fixed order,
 //     writes dx, and keeps its columns' dw/db running sums in registers across
 //     all its rows; param_grad_reduce.cuh adds the [parts][heads][N] partials.
@@ -18,7 +19,7 @@
 // dw and db are bitwise reproducible.
 //
 // Without dw/db (nothing to sum across rows) both steps run in one kernel,
-// rmsnorm_bwd_synced_kernel, and h and dout are read once: a CTA keeps its chunk
+// norm_bwd_synced_kernel, and h and dout are read once: a CTA keeps its chunk
 // in registers while it waits for the rest of its row's chunk sums (see there).
 #pragma once
 
@@ -82,17 +83,33 @@ struct ChunkRegs {
     }
   }
 
-  // The thread's share of the chunk's sum of g * xhat.
+  // The thread's share of the chunk's sums of g * xhat (and of g for LayerNorm).
   template <class Row>
-  __device__ __forceinline__ float dot(const Row& row, int chunk) const {
-    float sum = 0.f;
+  __device__ __forceinline__ DotAccumulator<Row::kCenter> dot(const Row& row, int chunk) const {
+    DotAccumulator<Row::kCenter> sum;
     each(row, chunk, [&](int, int, const float (&xh)[Cfg::VEC], const float (&g)[Cfg::VEC], const float (&)[Cfg::VEC]) {
-#pragma unroll
-      for (int i = 0; i < Cfg::VEC; ++i) sum += g[i] * xh[i];
+      sum.add(xh, g);
     });
     return sum;
   }
 };
+
+// Where the chunk sums of row r live: g * xhat at [r][chunk], g (LayerNorm) in a
+// second [rows][chunks] block after the first.
+template <class Cfg>
+__device__ __forceinline__ float* chunk_sums(const NormBwdParams& p, long long r, int which) {
+  return p.row_dot_partial + (which * p.shape.rows + r) * Cfg::CHUNKS;
+}
+
+// The CTA's chunk sums reduced over its threads (every thread gets them).
+template <class Cfg, bool CENTER>
+__device__ __forceinline__ DotAccumulator<CENTER> chunk_total(const DotAccumulator<CENTER>& mine,
+                                                              RowReduceStorage<1, Cfg::TPR, 1>& storage) {
+  DotAccumulator<CENTER> total;
+  total.gx = row_sum<1, Cfg::TPR, 1>(mine.gx, 0, static_cast<int>(threadIdx.x), storage);
+  if constexpr (CENTER) total.g = row_sum<1, Cfg::TPR, 1>(mine.g, 0, static_cast<int>(threadIdx.x), storage);
+  return total;
+}
 
 // A row's mean(g * xhat) from its chunk sums, by one warp: lane l adds chunks l,
 // l + 32, ... in order, then a butterfly; every lane (and every CTA reading the
@@ -104,22 +121,25 @@ __device__ __forceinline__ float mean_of_chunk_sums(int lane, Load&& load) {
   return group_sum<32>(total) / static_cast<float>(Cfg::N);
 }
 
-template <class Cfg, class X, class W, class DY>
-__global__ void __launch_bounds__(Cfg::TPR) rmsnorm_bwd_dot_kernel(const RmsNormBwdParams p) {
+template <class Cfg, class X, class W, class DY, bool CENTER>
+__global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
   const long long b = blockIdx.x;
   const int chunk = static_cast<int>(b % Cfg::CHUNKS);
   const long long r = b / Cfg::CHUNKS;
-  const RmsBwdRow<VEC, X, W, DY, none, none, none> row{p, r, (r % p.shape.heads) * Cfg::N, p.rstd[r]};
+  const auto row = NormBwdRow<VEC, X, W, DY, none, none, none, CENTER>::make(p, r, (r % p.shape.heads) * Cfg::N);
   ChunkRegs<Cfg, X, DY> regs;
   regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
-  const float dot = row_sum<1, Cfg::TPR, 1>(regs.dot(row, chunk), 0, static_cast<int>(threadIdx.x), reduce_storage);
-  if (threadIdx.x == 0) p.row_dot_partial[r * Cfg::CHUNKS + chunk] = dot;
+  const DotAccumulator<CENTER> total = chunk_total<Cfg>(regs.dot(row, chunk), reduce_storage);
+  if (threadIdx.x == 0) {
+    chunk_sums<Cfg>(p, r, 0)[chunk] = total.gx;
+    if constexpr (CENTER) chunk_sums<Cfg>(p, r, 1)[chunk] = total.g;
+  }
 }
 
-template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS>
-__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_kernel(const RmsNormBwdParams p) {
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER>
+__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int ITEMS = Cfg::ITEMS;
   constexpr bool DW = !is_none<W>;
@@ -144,11 +164,17 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
     const long long r = head + heads * j;
     ChunkRegs<Cfg, X, DY> regs;
     regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
-    const float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
-    const float mean_dot = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return dots[c]; });
-    const RmsBwdRow<VEC, X, W, DY, DRO, DX, DR> row{p, r, head * Cfg::N, p.rstd[r]};
+    RowDots means;
+    const float* gx_sums = chunk_sums<Cfg>(p, r, 0);
+    means.gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return gx_sums[c]; });
+    means.g_mean = 0.f;
+    if constexpr (CENTER) {
+      const float* g_sums = chunk_sums<Cfg>(p, r, 1);
+      means.g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return g_sums[c]; });
+    }
+    const auto row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>::make(p, r, head * Cfg::N);
     regs.each(row, chunk, [&](int k, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&d)[VEC]) {
-      row.store_dx(col, xh, g, mean_dot);
+      row.store_dx(col, xh, g, means);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         if constexpr (DW) dw[k][i] += d[i] * xh[i];
@@ -182,25 +208,27 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_split_k
 // kernel only where CHUNKS <= SMs x MIN_BLOCKS: fit_to_device), all of that row's
 // chunks get to run and publish, the row finishes, and the next row becomes the
 // oldest.
-template <class Cfg, class X, class DY, class DRO, class DX, class DR>
-__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_kernel(const RmsNormBwdParams p) {
+template <class Cfg, class X, class DY, class DRO, class DX, class DR, bool CENTER>
+__global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
   __shared__ unsigned ticket_shared;
-  __shared__ float mean_dot_shared;
+  __shared__ RowDots means_shared;
   if (threadIdx.x == 0) ticket_shared = atomicAdd(p.sync_counters, 1u);
   __syncthreads();
   const unsigned ticket = ticket_shared;
   const int chunk = static_cast<int>(ticket % Cfg::CHUNKS);
   const long long r = ticket / Cfg::CHUNKS;
-  const RmsBwdRow<VEC, X, none, DY, DRO, DX, DR> row{p, r, 0, p.rstd[r]};
+  const auto row = NormBwdRow<VEC, X, none, DY, DRO, DX, DR, CENTER>::make(p, r, 0);
   ChunkRegs<Cfg, X, DY> regs;
   regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
-  const float dot = row_sum<1, Cfg::TPR, 1>(regs.dot(row, chunk), 0, static_cast<int>(threadIdx.x), reduce_storage);
-  float* dots = p.row_dot_partial + r * Cfg::CHUNKS;
+  const DotAccumulator<CENTER> total = chunk_total<Cfg>(regs.dot(row, chunk), reduce_storage);
+  float* gx_sums = chunk_sums<Cfg>(p, r, 0);
+  float* g_sums = chunk_sums<Cfg>(p, r, 1);
   if (threadIdx.x == 0) {
-    dots[chunk] = dot;
-    __threadfence();  // the sum is visible GPU-wide before the count that announces it
+    gx_sums[chunk] = total.gx;
+    if constexpr (CENTER) g_sums[chunk] = total.g;
+    __threadfence();  // the sums are visible GPU-wide before the count that announces them
     unsigned* published = p.sync_counters + 1 + r;
     atomicAdd(published, 1u);
     unsigned seen;
@@ -214,13 +242,16 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) rmsnorm_bwd_synced_
   __syncthreads();
   // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
   if (threadIdx.x < 32) {
-    const float mean = mean_of_chunk_sums<Cfg>(static_cast<int>(threadIdx.x), [&](int c) { return __ldcg(dots + c); });
-    if (threadIdx.x == 0) mean_dot_shared = mean;
+    const int lane = static_cast<int>(threadIdx.x);
+    const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(gx_sums + c); });
+    float g_mean = 0.f;
+    if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(g_sums + c); });
+    if (threadIdx.x == 0) means_shared = RowDots{gx_mean, g_mean};
   }
   __syncthreads();
-  const float mean_dot = mean_dot_shared;
+  const RowDots means = means_shared;
   regs.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
-    row.store_dx(col, xh, g, mean_dot);
+    row.store_dx(col, xh, g, means);
   });
 }
 

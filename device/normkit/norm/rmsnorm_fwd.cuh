@@ -1,21 +1,26 @@
-// RMSNorm forward:  h = x (+ residual);  rstd = rsqrt(mean(h^2) + eps);
-//                   out = h * rstd * (w + weight_offset) (+ b);  residual_out = h.
+// Forward of RMSNorm and (CENTER) LayerNorm:
+//   h = x (+ residual);  residual_out = h
+//   RMSNorm:   rstd = rsqrt(mean(h^2) + eps);            out = h * rstd * (w + weight_offset) (+ b)
+//   LayerNorm: mean = mean(h); rstd = rsqrt(mean((h - mean)^2) + eps);
+//              out = (h - mean) * rstd * w (+ b)
 //
 // Why it is shaped this way: the op is memory-bound, so the only goal is to move
 // each byte once at full width. The row is read once into registers (REGS), its
-// sum of squares reduced across the row's threads (and the cluster's CTAs for long
-// rows), and the epilogue writes from registers. residual_out is stored while the
-// row is loaded, before the reduction, so its store overlaps the reduction's
-// latency. Every optional tensor is a template type (`none` when absent): absent
-// features cost no instructions and no registers.
+// sums reduced across the row's threads (and the cluster's CTAs for long rows),
+// and the epilogue writes from registers. LayerNorm's variance is a second pass
+// over the register-resident row around its mean (stable where E[h^2] - mean^2
+// cancels), one more reduction and no more memory traffic. residual_out is
+// stored while the row is loaded, before the reduction, so its store overlaps the
+// reduction's latency. Every optional tensor is a template type (`none` when
+// absent): absent features cost no instructions and no registers.
 #pragma once
 
 #include "normkit/norm/row_engine.cuh"
 
 namespace nk {
 
-template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_kernel(const RmsNormFwdParams p) {
+template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
   __shared__ typename Cfg::Reduce reduce_storage;
   const RowThread<Cfg> t = RowThread<Cfg>::make();
@@ -74,22 +79,38 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
     }
   };
 
-  float sum_sq = 0.f;
+  // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
+  float sum = 0.f;
   for_each_item<Cfg>([&](int k) {
     if (!active || !t.owns(k)) return;
     float v[VEC];
     get_h(k, v, true);
     if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) sum_sq += v[i] * v[i];
+    for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
   });
-
-  // One row per CTA and one reduction: ONCE (one cluster barrier, not two).
-  sum_sq = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true>(sum_sq, t.sub, t.lane, reduce_storage);
+  // One row per CTA, each reduction once: ONCE (one cluster barrier, not two).
+  sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, 0>(sum, t.sub, t.lane, reduce_storage);
+  float mean = 0.f;
+  if constexpr (CENTER) {
+    mean = sum / static_cast<float>(Cfg::N);
+    float sq = 0.f;
+    for_each_item<Cfg>([&](int k) {
+      if (!active || !t.owns(k)) return;
+      float v[VEC];
+      get_h(k, v, false);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
+    });
+    sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, 1>(sq, t.sub, t.lane, reduce_storage);
+  }
   // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
-  const float rstd = 1.f / sqrtf(sum_sq / static_cast<float>(Cfg::N) + p.eps);
+  const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
   if constexpr (STORE_RSTD) {
-    if (active && t.lane == 0 && t.rank == 0) p.rstd[r] = rstd;
+    if (active && t.lane == 0 && t.rank == 0) {
+      p.rstd[r] = rstd;
+      if constexpr (CENTER) p.mean[r] = mean;
+    }
   }
   if (!active) return;
 
@@ -104,7 +125,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) rmsnorm_fwd_ker
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) v[i] = v[i] * rstd * w[i] + b[i];
+    for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
     store_vec<VEC>(out + col, v);
   });
 }
