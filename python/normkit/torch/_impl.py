@@ -453,6 +453,13 @@ def check_fused_add(x, residual, weight, bias, weight_offset):
     return check_fwd(x, weight, bias, residual, None, None, weight_offset)
 
 
+def _writable(rows_inner, stride_outer, stride_inner, n, m):
+    """Whether rows with this layout are a valid output for the C++ API (norm_validate's check_output)."""
+    if rows_inner > 1 and stride_inner < n:
+        return False
+    return m <= rows_inner or stride_outer >= (rows_inner - 1) * stride_inner + n
+
+
 def fused_add_impl(c_fused_add, op, x, residual, weight, bias, eps, weight_offset):
     """In place: residual <- x + residual, x <- norm(residual) through `c_fused_add`
     (_C.fused_add_rmsnorm or _C.fused_add_layernorm). Rows that two strides cannot
@@ -466,8 +473,15 @@ def fused_add_impl(c_fused_add, op, x, residual, weight, bias, eps, weight_offse
         weight = weight.contiguous()
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
+    m = x.numel() // n
     rows_inner, ((xs, x_so, x_si), (rs, r_so, r_si)) = plan_rows(op, (("x", x), ("residual", residual)))
-    c_fused_add(x.numel() // n, n, rows_inner,
+    if not (_writable(rows_inner or m, x_so, x_si, n, m) and _writable(rows_inner or m, r_so, r_si, n, m)):
+        # Both are written: the C++ API takes output rows ordered outer over inner
+        # (a permuted view is not); compute on contiguous copies instead.
+        _log_copy_once(op, "x/residual", x, "has rows in an order the kernels cannot write in place")
+        rows_inner, xs, rs = 0, x.contiguous(), residual.contiguous()
+        x_so = x_si = r_so = r_si = n
+    c_fused_add(m, n, rows_inner,
                 xs.data_ptr(), _DTYPE_NAMES[xs.dtype], x_so, x_si,
                 rs.data_ptr(), _DTYPE_NAMES[rs.dtype], r_so, r_si,
                 _ptr(weight), _name(weight), _ptr(bias), _name(bias), heads, eps, weight_offset, device, stream)
