@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 
 import normkit  # noqa: E402
 from normkit.torch import LayerNorm, layernorm, layernorm_bwd, layernorm_fwd  # noqa: E402
-from test_torch_cpu import FP, _compiled_matches_eager, close, rnd  # noqa: E402
+from test_torch_cpu import (  # noqa: E402
+    FP, close, compiled_module_matches_eager, compiled_prenorm_matches_eager, rnd)
 
 F = torch.nn.functional
 
@@ -200,27 +201,11 @@ def test_opcheck_backward(case):
 
 
 def test_compile_fullgraph_dynamic_m_aot_eager():
-    torch._dynamo.reset()
-
-    def fn(x, w, b, r):
-        out, res_out = layernorm(x * 2, w, b, r, eps=1e-5, prenorm=True)
-        return out.float() + res_out.float()
-
-    def make(m):
-        return [rnd(m, 64, dtype=torch.bfloat16).requires_grad_(), rnd(64).requires_grad_(),
-                rnd(64).requires_grad_(), rnd(m, 64).requires_grad_()]
-
-    _compiled_matches_eager(fn, "aot_eager", make)
+    compiled_prenorm_matches_eager(layernorm)
 
 
 def test_compile_fullgraph_module_inductor():
-    torch._dynamo.reset()
-    norm = LayerNorm(48)
-
-    def fn(x):
-        return norm(x).relu()
-
-    _compiled_matches_eager(fn, "inductor", lambda m: [rnd(m, 3, 48).requires_grad_()])
+    compiled_module_matches_eager(LayerNorm(48))
 
 
 @pytest.mark.parametrize("shape,normalized", [((4, 32), 32), ((4, 32), (32,)), ((2, 3, 8, 16), (8, 16))])

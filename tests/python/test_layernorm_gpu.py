@@ -7,8 +7,6 @@ Tolerances, poisoning, marks and skips: test_rmsnorm_gpu.py. The reference is
 float64 from the same rounded inputs; LayerNorm's rows are centred, so its fp32
 error is that of RMSNorm on the centred row (plus the mean's, ~1e-7 relative).
 """
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="the LayerNorm GPU tests drive CUDA memory through PyTorch")
@@ -17,8 +15,8 @@ from normkit.torch import (  # noqa: E402
     LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd)
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, COMPILE_DTYPES, COMPILE_SHAPES, DW_ATOL, EPS, FP16, FP32, NAMES, _d, _grid_params,
-    _rmsnorm_kernel_cache, _seed, cache_dir, check, check_exact, fresh_dynamo, poison_next_allocations, pytestmark,
-    rand, ref_forward)
+    _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_exact, fresh_dynamo,
+    poison_next_allocations, pytestmark, rand, ref_forward)
 
 
 def ln_ref_forward(x, weight=None, bias=None, residual=None, *, residual_dtype=None):
@@ -66,26 +64,9 @@ def ln_check(fn, x, weight=None, bias=None, residual=None, *, out_dtype=None, re
     check(f"{tag}out", out, y)
     if prenorm:
         check_exact(f"{tag}residual_out", res_out, res_ref)
-    inputs = [(n, t) for n, t in (("x", x), ("weight", weight), ("bias", bias), ("residual", residual))
-              if t is not None and t.requires_grad]
-    if not inputs:
-        return
-    dout = rand(out.shape, out.dtype)
-    outputs, grads_out, dres = [out], [dout], None
-    if prenorm:
-        dres = rand(res_out.shape, res_out.dtype)
-        outputs.append(res_out)
-        grads_out.append(dres)
-    poison_next_allocations(*[(t.shape, t.dtype) for _, t in inputs])
-    grads = torch.autograd.grad(outputs, [t for _, t in inputs], grads_out)
-    param = weight if weight is not None else bias
-    dx, dw, db = ln_ref_backward(h_bwd, _d(weight), dout, mean, rstd, dresidual_out=dres,
-                                 param_shape=param.shape if param is not None else None)
-    rows = x.numel() // (param.numel() if param is not None else x.shape[-1])
-    want = {"x": dx, "residual": dx, "weight": dw, "bias": db}
-    for (name, _), g in zip(inputs, grads):
-        extra = DW_ATOL * math.sqrt(rows) if name in ("weight", "bias") else 0.0
-        check(f"{tag}d{name}", g, want[name], atol_extra=extra)
+    backward_check(tag, out, res_out, x, weight, bias, residual,
+                   lambda dout, dres, param_shape: ln_ref_backward(h_bwd, _d(weight), dout, mean, rstd,
+                                                                   dresidual_out=dres, param_shape=param_shape))
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from . import _impl
-from ._ops import _direct_ok, _needs_grad, norm_grads, save_for_backward
+from ._ops import _direct_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
 
 
 @torch.library.custom_op("normkit::layernorm_fwd", mutates_args=())
@@ -121,23 +121,14 @@ def layernorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, mean: Tenso
     in dresidual_out's dtype when that differs from x's. Sums run in a fixed order:
     the results are bitwise reproducible.
     """
-    db_dtype = None
-    if has_bias:
-        db_dtype = weight.dtype if weight is not None else x.dtype
-    dres_dtype = None
-    if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
-        dres_dtype = dresidual_out.dtype
+    db_dtype, dres_dtype = bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual)
     args = (x, weight, dout, mean, rstd, dresidual_out, None, db_dtype, dres_dtype)
     if not _needs_grad(x, weight, dout, mean, rstd, dresidual_out) and _direct_ok(x, weight, dout, mean, rstd,
                                                                                  dresidual_out):
-        dx, dw, db, dres = _impl.layernorm_bwd_impl(*args)
+        result = _impl.layernorm_bwd_impl(*args)
     else:
-        dx, dw, db, dres = torch.ops.normkit.layernorm_bwd(*args)
-    if has_residual:
-        dres = dres if dres_dtype is not None else dx
-    else:
-        dres = None
-    return dx, (dw if weight is not None else None), (db if has_bias else None), dres
+        result = torch.ops.normkit.layernorm_bwd(*args)
+    return bwd_result(result, weight, has_bias, has_residual, dres_dtype)
 
 
 def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,

@@ -265,12 +265,7 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
     db (if has_bias) has weight's dtype, else x's. dresidual (if has_residual) is dx,
     in dresidual_out's dtype when that differs from x's (then a separate tensor).
     """
-    db_dtype = None
-    if has_bias:
-        db_dtype = weight.dtype if weight is not None else x.dtype
-    dres_dtype = None
-    if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
-        dres_dtype = dresidual_out.dtype
+    db_dtype, dres_dtype = bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual)
     args = (x, weight, dout, rstd, dresidual_out, None, db_dtype, dres_dtype, float(weight_offset))
     result = None
     if not _needs_grad(x, weight, dout, rstd, dresidual_out) and _direct_ok(x, weight, dout, rstd, dresidual_out):
@@ -282,6 +277,22 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
             result = _impl.rmsnorm_bwd_impl(*args)
     if result is None:
         result = torch.ops.normkit.rmsnorm_bwd(*args)
+    return bwd_result(result, weight, has_bias, has_residual, dres_dtype)
+
+
+def bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual):
+    """(dbias dtype, dresidual dtype) of the public backward functions (None: not computed,
+    or for dresidual: dx itself): db in weight's dtype (x's without weight), dresidual
+    separate only when dresidual_out's dtype differs from x's."""
+    db_dtype = (weight.dtype if weight is not None else x.dtype) if has_bias else None
+    dres_dtype = None
+    if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
+        dres_dtype = dresidual_out.dtype
+    return db_dtype, dres_dtype
+
+
+def bwd_result(result, weight, has_bias, has_residual, dres_dtype):
+    """The op's (dx, dweight, dbias, dresidual) as the public functions return them."""
     dx, dw, db, dres = result
     if has_residual:
         dres = dres if dres_dtype is not None else dx
