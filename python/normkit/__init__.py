@@ -41,7 +41,8 @@ _C.add_nvrtc_search_dirs(_nvrtc_wheel_dirs())
 
 # The PyTorch front end, imported on first use so that `import normkit` never
 # imports torch.
-_TORCH_NAMES = frozenset(("rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "RMSNorm"))
+_TORCH_NAMES = frozenset(("rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "RMSNorm", "layernorm", "layernorm_fwd",
+                          "layernorm_bwd", "LayerNorm", "fused_add_rmsnorm", "fused_add_layernorm"))
 
 
 def __getattr__(name):

@@ -36,12 +36,36 @@ const char* rmsnorm_bwd(const nn::RmsNormBwdArgs* args, void* (*allocate)(std::s
   return guarded([&] { nn::rmsnorm_bwd(*args, allocate, context); });
 }
 
+const char* layernorm_fwd(const nn::LayerNormFwdArgs* args) noexcept {
+  return guarded([&] { nn::layernorm_fwd(*args); });
+}
+
+const char* layernorm_bwd(const nn::LayerNormBwdArgs* args, void* (*allocate)(std::size_t, void*),
+                          void* context) noexcept {
+  return guarded([&] { nn::layernorm_bwd(*args, allocate, context); });
+}
+
+const char* fused_add_rmsnorm(const nn::FusedAddNormArgs* args) noexcept {
+  return guarded([&] { nn::fused_add_rmsnorm(*args); });
+}
+
+const char* fused_add_layernorm(const nn::FusedAddNormArgs* args) noexcept {
+  return guarded([&] { nn::fused_add_layernorm(*args); });
+}
+
 const normkit::capi::Table table{
     normkit::capi::kVersion,
     static_cast<std::uint32_t>(sizeof(nn::RmsNormFwdArgs)),
     static_cast<std::uint32_t>(sizeof(nn::RmsNormBwdArgs)),
     &rmsnorm_fwd,
     &rmsnorm_bwd,
+    static_cast<std::uint32_t>(sizeof(nn::LayerNormFwdArgs)),
+    static_cast<std::uint32_t>(sizeof(nn::LayerNormBwdArgs)),
+    static_cast<std::uint32_t>(sizeof(nn::FusedAddNormArgs)),
+    &layernorm_fwd,
+    &layernorm_bwd,
+    &fused_add_rmsnorm,
+    &fused_add_layernorm,
 };
 
 }  // namespace

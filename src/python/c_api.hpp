@@ -18,11 +18,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "normkit/norm/layernorm.hpp"
 #include "normkit/norm/rmsnorm.hpp"
 
 namespace normkit::capi {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr const char* kCapsuleName = "normkit._C._c_api";
 
 struct Table {
@@ -37,6 +38,16 @@ struct Table {
   // or throws.
   const char* (*rmsnorm_bwd)(const norm::RmsNormBwdArgs* args, void* (*allocate)(std::size_t bytes, void* context),
                              void* context) noexcept;
+  // Version 2: LayerNorm (same conventions as the RMSNorm entries) and the
+  // in-place fused adds.
+  std::uint32_t ln_fwd_args_size;     // sizeof(norm::LayerNormFwdArgs)
+  std::uint32_t ln_bwd_args_size;     // sizeof(norm::LayerNormBwdArgs)
+  std::uint32_t fused_add_args_size;  // sizeof(norm::FusedAddNormArgs)
+  const char* (*layernorm_fwd)(const norm::LayerNormFwdArgs* args) noexcept;
+  const char* (*layernorm_bwd)(const norm::LayerNormBwdArgs* args, void* (*allocate)(std::size_t bytes, void* context),
+                               void* context) noexcept;
+  const char* (*fused_add_rmsnorm)(const norm::FusedAddNormArgs* args) noexcept;
+  const char* (*fused_add_layernorm)(const norm::FusedAddNormArgs* args) noexcept;
 };
 
 }  // namespace normkit::capi

@@ -43,7 +43,7 @@ std::unique_ptr<Run> new_run(const Case& c) {
   r->s = resolved(c.rows, c.n, c.rows_inner);
   r->args.shape = {c.rows, c.n, c.rows_inner};
   r->args.heads = c.heads;
-  r->args.weight_offset = c.weight_offset;
+  if constexpr (requires { r->args.weight_offset; }) r->args.weight_offset = c.weight_offset;  // not LayerNorm
   return r;
 }
 

@@ -1,4 +1,4 @@
-// Test support for RMSNorm: guarded, poisoned host buffers, strided row tensors,
+// Test support for RMSNorm and LayerNorm (centred = true: the mean is subtracted): guarded, poisoned host buffers, strided row tensors,
 // a float64 reference written independently of the library (plain loops, its own
 // fp16/bf16 decoders and its own row addressing), and thin wrappers that call the
 // library. Inputs are stored with the library's encoder, but only values that are
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "host_convert.hpp"
+#include "normkit/norm/layernorm.hpp"
 #include "normkit/norm/rmsnorm.hpp"
 #include "normkit/runtime/error.hpp"
 #include "rmsnorm_cpu.hpp"
@@ -183,34 +184,41 @@ struct Values {
 
 struct FwdRef {
   Values out, h;
-  std::vector<double> rstd;
+  std::vector<double> rstd, mean;  // mean: LayerNorm (centred) only
 };
 
-// `residual`, `weight`, `bias` may be null.
+// `residual`, `weight`, `bias` may be null. centred: LayerNorm, whose output also
+// carries the error of the computed mean, so its mag counts the row's mean |h|.
 inline FwdRef reference_fwd(const RowShape& s, const Strided& x, const Strided* residual, const Buf* weight,
-                            const Buf* bias, std::int64_t heads, double eps, double offset) {
+                            const Buf* bias, std::int64_t heads, double eps, double offset, bool centred = false) {
   FwdRef ref;
   const std::int64_t n = s.n;
   ref.out.resize(static_cast<std::size_t>(s.rows * n));
   ref.h.resize(static_cast<std::size_t>(s.rows * n));
   ref.rstd.resize(static_cast<std::size_t>(s.rows));
+  ref.mean.resize(static_cast<std::size_t>(s.rows));
   for (std::int64_t r = 0; r < s.rows; ++r) {
-    double ss = 0;
+    double sum = 0, sum_abs = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const double a = x.at(s, r, i), b = residual ? residual->at(s, r, i) : 0.0;
       ref.h.v[r * n + i] = a + b;
       ref.h.mag[r * n + i] = std::fabs(a) + std::fabs(b);
-      ss += (a + b) * (a + b);
+      sum += a + b;
+      sum_abs += std::fabs(a + b);
     }
+    const double mean = centred ? sum / n : 0.0, mean_abs = centred ? sum_abs / n : 0.0;
+    double ss = 0;
+    for (std::int64_t i = 0; i < n; ++i) ss += (ref.h.v[r * n + i] - mean) * (ref.h.v[r * n + i] - mean);
     const double rstd = 1.0 / std::sqrt(ss / n + eps);
     ref.rstd[r] = rstd;
+    ref.mean[r] = mean;
     const std::int64_t p = r % heads;
     for (std::int64_t i = 0; i < n; ++i) {
       const double w = weight ? weight->get(p * n + i) + offset : 1.0;
       const double b = bias ? bias->get(p * n + i) : 0.0;
-      const double y = ref.h.v[r * n + i] * rstd * w;
+      const double y = (ref.h.v[r * n + i] - mean) * rstd * w;
       ref.out.v[r * n + i] = y + b;
-      ref.out.mag[r * n + i] = std::fabs(y) + std::fabs(b);
+      ref.out.mag[r * n + i] = std::fabs(y) + mean_abs * rstd * std::fabs(w) + std::fabs(b);
     }
   }
   return ref;
@@ -221,9 +229,11 @@ struct BwdRef {
   Values dw, db;  // (heads, n)
 };
 
-// rstd holds the fp32 values the library is given; `dresidual_out`/`weight` may be null.
+// rstd (and LayerNorm's mean) hold the fp32 values the library is given;
+// `dresidual_out`/`weight`/`mean` may be null (mean null: RMSNorm).
 inline BwdRef reference_bwd(const RowShape& s, const Strided& x, const Strided& dout, const Strided* dresidual_out,
-                            const Buf* weight, const std::vector<float>& rstd, std::int64_t heads, double offset) {
+                            const Buf* weight, const std::vector<float>& rstd, std::int64_t heads, double offset,
+                            const std::vector<float>* mean = nullptr) {
   BwdRef ref;
   const std::int64_t n = s.n;
   ref.dx.resize(static_cast<std::size_t>(s.rows * n));
@@ -232,19 +242,23 @@ inline BwdRef reference_bwd(const RowShape& s, const Strided& x, const Strided& 
   std::vector<double> xhat(n), g(n);
   for (std::int64_t r = 0; r < s.rows; ++r) {
     const std::int64_t p = r % heads;
-    const double rs = rstd[r];
-    double dot = 0, dot_mag = 0;
+    const double rs = rstd[r], mu = mean ? (*mean)[r] : 0.0;
+    double dot = 0, dot_mag = 0, gsum = 0, gsum_mag = 0;
     for (std::int64_t i = 0; i < n; ++i) {
-      xhat[i] = x.at(s, r, i) * rs;
+      xhat[i] = (x.at(s, r, i) - mu) * rs;
       g[i] = dout.at(s, r, i) * (weight ? weight->get(p * n + i) + offset : 1.0);
       dot += g[i] * xhat[i];
       dot_mag += std::fabs(g[i] * xhat[i]);
+      gsum += g[i];
+      gsum_mag += std::fabs(g[i]);
     }
-    const double c = dot / n, c_mag = dot_mag / n;
+    // LayerNorm also subtracts mean(g); its xhat carries the error of x - mean.
+    const double c = dot / n, c_mag = dot_mag / n, gm = mean ? gsum / n : 0.0, gm_mag = mean ? gsum_mag / n : 0.0;
     for (std::int64_t i = 0; i < n; ++i) {
       const double dr = dresidual_out ? dresidual_out->at(s, r, i) : 0.0;
-      ref.dx.v[r * n + i] = rs * (g[i] - xhat[i] * c) + dr;
-      ref.dx.mag[r * n + i] = rs * (std::fabs(g[i]) + std::fabs(xhat[i]) * c_mag) + std::fabs(dr);
+      const double xhat_mag = std::fabs(xhat[i]) + (mean ? std::fabs(mu) * rs : 0.0);
+      ref.dx.v[r * n + i] = rs * (g[i] - gm - xhat[i] * c) + dr;
+      ref.dx.mag[r * n + i] = rs * (std::fabs(g[i]) + gm_mag + xhat_mag * c_mag) + std::fabs(dr);
       const double dy = dout.at(s, r, i);
       ref.dw.v[p * n + i] += dy * xhat[i];
       ref.dw.mag[p * n + i] += (dy * xhat[i]) * (dy * xhat[i]);  // sum of squares, finished below
@@ -304,9 +318,17 @@ inline void run_bwd(RmsNormBwdArgs a) {
   a.device = normkit::norm::Device::cpu();
   normkit::norm::rmsnorm_bwd(a);
 }
-// For code that serves both directions.
+// For code that serves both directions (and both norms).
 inline void run_cpu(const RmsNormFwdArgs& a) { run_fwd(a); }
 inline void run_cpu(const RmsNormBwdArgs& a) { run_bwd(a); }
+inline void run_cpu(normkit::norm::LayerNormFwdArgs a) {
+  a.device = normkit::norm::Device::cpu();
+  normkit::norm::layernorm_fwd(a);
+}
+inline void run_cpu(normkit::norm::LayerNormBwdArgs a) {
+  a.device = normkit::norm::Device::cpu();
+  normkit::norm::layernorm_bwd(a);
+}
 
 // Restores the automatic thread count even when an assertion returns early.
 struct ForceThreads {

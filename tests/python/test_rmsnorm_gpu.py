@@ -218,21 +218,31 @@ def fwd_bwd_check(fn, x, weight=None, bias=None, residual=None, *, out_dtype=Non
     check(f"{tag}out", out, y)
     if prenorm:
         check_exact(f"{tag}residual_out", res_out, residual_out_ref)
+    backward_check(tag, out, res_out, x, weight, bias, residual,
+                   lambda dout, dres, param_shape: ref_backward(h_bwd, _d(weight), dout, rstd,
+                                                                weight_offset=weight_offset, dresidual_out=dres,
+                                                                param_shape=param_shape))
+
+
+def backward_check(tag, out, res_out, x, weight, bias, residual, ref_grads):
+    """The gradient of every input that requires grad (views included), through autograd
+    from random gradients of out (and of res_out unless None), against
+    ref_grads(dout, dresidual_out, param_shape) -> float64 (dx, dw, db).
+    test_layernorm_gpu.py uses it with LayerNorm's reference."""
     inputs = [(n, t) for n, t in (("x", x), ("weight", weight), ("bias", bias), ("residual", residual))
               if t is not None and t.requires_grad]
     if not inputs:
         return
     dout = rand(out.shape, out.dtype)
     outputs, grads_out, dres = [out], [dout], None
-    if prenorm:
+    if res_out is not None:
         dres = rand(res_out.shape, res_out.dtype)
         outputs.append(res_out)
         grads_out.append(dres)
     poison_next_allocations(*[(t.shape, t.dtype) for _, t in inputs])
     grads = torch.autograd.grad(outputs, [t for _, t in inputs], grads_out)
     param = weight if weight is not None else bias
-    dx, dw, db = ref_backward(h_bwd, _d(weight), dout, rstd, weight_offset=weight_offset, dresidual_out=dres,
-                              param_shape=param.shape if param is not None else None)
+    dx, dw, db = ref_grads(dout, dres, param.shape if param is not None else None)
     rows = x.numel() // (param.numel() if param is not None else x.shape[-1])
     want = {"x": dx, "residual": dx, "weight": dw, "bias": db}
     for (name, _), g in zip(inputs, grads):

@@ -459,11 +459,12 @@ def _compiled_matches_eager(fn, backend, make_inputs):
     assert counter.frame_count == 1  # one graph for every M: no recompile, no graph break
 
 
-def test_compile_fullgraph_dynamic_m_aot_eager():
+def compiled_prenorm_matches_eager(norm):
+    """norm: rmsnorm or layernorm (test_layernorm_cpu.py uses this too)."""
     torch._dynamo.reset()
 
     def fn(x, w, b, r):
-        out, res_out = rmsnorm(x * 2, w, b, r, eps=1e-5, prenorm=True)
+        out, res_out = norm(x * 2, w, b, r, eps=1e-5, prenorm=True)
         return out.float() + res_out.float()
 
     def make(m):
@@ -473,14 +474,22 @@ def test_compile_fullgraph_dynamic_m_aot_eager():
     _compiled_matches_eager(fn, "aot_eager", make)
 
 
-def test_compile_fullgraph_module_inductor():
+def compiled_module_matches_eager(module):
+    """module: a norm over the last 48 elements, under inductor."""
     torch._dynamo.reset()
-    norm = RMSNorm(48)
 
     def fn(x):
-        return norm(x).relu()
+        return module(x).relu()
 
     _compiled_matches_eager(fn, "inductor", lambda m: [rnd(m, 3, 48).requires_grad_()])
+
+
+def test_compile_fullgraph_dynamic_m_aot_eager():
+    compiled_prenorm_matches_eager(rmsnorm)
+
+
+def test_compile_fullgraph_module_inductor():
+    compiled_module_matches_eager(RMSNorm(48))
 
 
 # ---------------------------------------------------------------------------

@@ -104,7 +104,18 @@ def check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offse
     return heads
 
 
-def check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype):
+def _check_stat(t, what, x):
+    """mean / rstd as the forward stores them: fp32, one value per row of x, on x's device."""
+    _same_device(t, what, x)
+    if t.dtype != torch.float32:
+        raise TypeError(f"{what}: expected torch.float32 (as the forward stores it), got {t.dtype}")
+    if t.numel() != math.prod(x.shape[:-1]):
+        raise ValueError(f"{what}: expected one value per row of x ({math.prod(x.shape[:-1])}), "
+                         f"got shape {tuple(t.shape)}")
+
+
+def check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, mean=None):
+    """Validates backward arguments (metadata only); returns the number of heads. mean: LayerNorm's."""
     cuda = x.is_cuda
     dtype_name(x.dtype, "x", cuda)
     if x.dim() == 0:
@@ -114,12 +125,9 @@ def check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresi
     _check_rows_like(dout, "dout", x)
     if dresidual_out is not None:
         _check_rows_like(dresidual_out, "dresidual_out", x)
-    _same_device(rstd, "rstd", x)
-    if rstd.dtype != torch.float32:
-        raise TypeError(f"rstd: expected torch.float32 (as rmsnorm_fwd stores it), got {rstd.dtype}")
-    if rstd.numel() != math.prod(x.shape[:-1]):
-        raise ValueError(f"rstd: expected one value per row of x ({math.prod(x.shape[:-1])}), "
-                         f"got shape {tuple(rstd.shape)}")
+    if mean is not None:
+        _check_stat(mean, "mean", x)
+    _check_stat(rstd, "rstd", x)
     for what, dtype in (("dx_dtype", dx_dtype), ("dbias_dtype", dbias_dtype), ("dresidual_dtype", dresidual_dtype)):
         if dtype is not None:
             dtype_name(dtype, what, cuda)
@@ -138,6 +146,13 @@ def _rows_like(x, dtype):
     return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
 
 
+def _stat_meta(x, store, placeholders=True):
+    # One fp32 value per row (mean, rstd), or a placeholder.
+    if store:
+        return x.new_empty(x.shape[:-1], dtype=torch.float32)
+    return _absent(x, torch.float32) if placeholders else None
+
+
 def fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_rstd, store_residual_out,
              placeholders=True):
     """Allocates (out, residual_out, rstd); outputs not asked for are empty placeholders, or None."""
@@ -147,11 +162,15 @@ def fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_rstd, s
         residual_out = _rows_like(x, res_dtype)
     else:
         residual_out = _absent(x) if placeholders else None
-    if store_rstd:
-        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32)
-    else:
-        rstd = _absent(x, torch.float32) if placeholders else None
-    return out, residual_out, rstd
+    return out, residual_out, _stat_meta(x, store_rstd, placeholders)
+
+
+def layernorm_fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_stats, store_residual_out,
+                       placeholders=True):
+    """Allocates LayerNorm's (out, residual_out, mean, rstd), as fwd_meta."""
+    out, residual_out, rstd = fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_stats,
+                                       store_residual_out, placeholders)
+    return out, residual_out, _stat_meta(x, store_stats, placeholders), rstd
 
 
 def bwd_meta(x, weight, heads, dx_dtype, dbias_dtype, dresidual_dtype):
@@ -270,6 +289,13 @@ def _device_of(x):
     return -1, 0
 
 
+def _flat(t):
+    # One value per row, contiguous; is_contiguous() is a field read where
+    # contiguous() is a dispatcher call (host time on every backward).
+    t = t.reshape(-1)
+    return t if t.is_contiguous() else t.contiguous()
+
+
 def _ptr(t):
     return 0 if t is None else t.data_ptr()
 
@@ -281,25 +307,29 @@ def _name(t):
 # ---------------------------------------------------------------------------
 
 
-def rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
-                     store_residual_out, placeholders=True):
-    """out = h * rstd * (weight + weight_offset) + bias with h = x + residual, rstd = 1/sqrt(mean(h^2) + eps).
+def _fwd_impl(c_fwd, op, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_stats,
+              store_residual_out, placeholders, with_mean):
+    """The forward of either norm through `c_fwd` (_C.rmsnorm_fwd or _C.layernorm_fwd).
 
-    Returns (out, residual_out, rstd); the ones not stored are empty placeholders
-    (what the custom op returns) or, with placeholders=False, None.
+    Returns (out, residual_out, mean, rstd); mean is None unless with_mean, and
+    the outputs not stored are empty placeholders or, with placeholders=False, None.
     """
     # Every eager forward runs this: the common case (contiguous rows, no
     # residual) takes as few Python steps as possible.
     heads = check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, weight_offset)
     device, stream = _device_of(x)
-    out, residual_out, rstd = fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_rstd,
+    out, residual_out, rstd = fwd_meta(x, weight, bias, residual, out_dtype, residual_dtype, store_stats,
                                        store_residual_out, placeholders)
+    mean = _stat_meta(x, store_stats, placeholders) if with_mean else None
     n = x.shape[-1]
     m = x.numel() // n if n else math.prod(x.shape[:-1])
     if m == 0 or n == 0:
-        if store_rstd and m:
-            rstd.fill_(1.0 / math.sqrt(eps) if eps > 0 else math.inf)  # mean over no elements is 0
-        return out, residual_out, rstd
+        if store_stats and m:
+            # The mean and variance over no elements are 0.
+            rstd.fill_(1.0 / math.sqrt(eps) if eps > 0 else math.inf)
+            if mean is not None:
+                mean.zero_()
+        return out, residual_out, mean, rstd
     w_ptr = b_ptr = 0
     w_name = b_name = ""
     if weight is not None:
@@ -314,7 +344,7 @@ def rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, 
         rows_inner, x_so, x_si = 0, 0, n
         r_ptr, r_name, r_so, r_si = 0, "", 0, 0
     else:
-        rows_inner, (xs, rs) = plan_rows("rmsnorm_fwd", (("x", x), ("residual", residual)))
+        rows_inner, (xs, rs) = plan_rows(op, (("x", x), ("residual", residual)))
         x, x_so, x_si = xs
         if rs is None:
             r_ptr, r_name, r_so, r_si = 0, "", 0, 0
@@ -326,21 +356,43 @@ def rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, 
         ro_ptr, ro_name = residual_out.data_ptr(), _DTYPE_NAMES[residual_out.dtype]
     else:
         ro_ptr, ro_name = 0, ""
-    _C.rmsnorm_fwd(m, n, rows_inner,
-                   x.data_ptr(), _DTYPE_NAMES[x.dtype], x_so, x_si,
-                   r_ptr, r_name, r_so, r_si,
-                   out.data_ptr(), _DTYPE_NAMES[out.dtype], o_so, n,
-                   ro_ptr, ro_name, o_so, n,
-                   w_ptr, w_name, b_ptr, b_name, heads,
-                   rstd.data_ptr() if store_rstd else 0, eps, weight_offset, device, stream)
+    c_fwd(m, n, rows_inner,
+          x.data_ptr(), _DTYPE_NAMES[x.dtype], x_so, x_si,
+          r_ptr, r_name, r_so, r_si,
+          out.data_ptr(), _DTYPE_NAMES[out.dtype], o_so, n,
+          ro_ptr, ro_name, o_so, n,
+          w_ptr, w_name, b_ptr, b_name, heads,
+          mean.data_ptr() if store_stats and with_mean else 0, rstd.data_ptr() if store_stats else 0,
+          eps, weight_offset, device, stream)
+    return out, residual_out, mean, rstd
+
+
+def rmsnorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
+                     store_residual_out, placeholders=True):
+    """out = h * rstd * (weight + weight_offset) + bias with h = x + residual, rstd = 1/sqrt(mean(h^2) + eps).
+
+    Returns (out, residual_out, rstd); the ones not stored are empty placeholders
+    (what the custom op returns) or, with placeholders=False, None.
+    """
+    out, residual_out, _, rstd = _fwd_impl(_C.rmsnorm_fwd, "rmsnorm_fwd", x, weight, bias, residual, out_dtype,
+                                           residual_dtype, eps, weight_offset, store_rstd, store_residual_out,
+                                           placeholders, False)
     return out, residual_out, rstd
 
 
-def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype,
-                     weight_offset):
-    """dx = rstd * (g - xhat * mean(g * xhat)) + dresidual_out with xhat = x * rstd, g = dout * (weight + offset);
-    dweight = sum_rows dout * xhat, dbias = sum_rows dout (per head in per-head mode)."""
-    heads = check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype)
+def layernorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_stats, store_residual_out,
+                       placeholders=True):
+    """out = (h - mean) * rstd * weight + bias with h = x + residual, mean = mean(h),
+    rstd = 1/sqrt(mean((h - mean)^2) + eps). Returns (out, residual_out, mean, rstd), as rmsnorm_fwd_impl."""
+    return _fwd_impl(_C.layernorm_fwd, "layernorm_fwd", x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                     0.0, store_stats, store_residual_out, placeholders, True)
+
+
+def _bwd_impl(c_bwd, c_workspace, op, x, weight, dout, mean, rstd, dresidual_out, dx_dtype, dbias_dtype,
+              dresidual_dtype, weight_offset):
+    """The backward of either norm through `c_bwd` / `c_workspace` (_C.rmsnorm_* or _C.layernorm_*);
+    mean is LayerNorm's (None for RMSNorm). Returns (dx, dweight, dbias, dresidual)."""
+    heads = check_bwd(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, mean)
     device, stream = _device_of(x)
     dx, dweight, dbias, dresidual = bwd_meta(x, weight, heads, dx_dtype, dbias_dtype, dresidual_dtype)
     n = x.shape[-1]
@@ -351,10 +403,9 @@ def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype
         return dx, dweight, dbias, dresidual
     if weight is not None and not weight.is_contiguous():
         weight = weight.contiguous()
-    rstd = rstd.reshape(-1)
-    if not rstd.is_contiguous():
-        rstd = rstd.contiguous()
-    rows_inner, (xs, ds, rs) = plan_rows("rmsnorm_bwd", (("x", x), ("dout", dout),
+    rstd = _flat(rstd)
+    mean_ptr = 0 if mean is None else _flat(mean).data_ptr()
+    rows_inner, (xs, ds, rs) = plan_rows(op, (("x", x), ("dout", dout),
                                                           ("dresidual_out", dresidual_out)))
     x, x_so, x_si = xs
     dout, d_so, d_si = ds
@@ -368,17 +419,77 @@ def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype
             _ptr(dres_out), _name(dres_out), r_so, r_si,
             dx.data_ptr(), _DTYPE_NAMES[dx.dtype], o_so, n,
             _ptr(dres), _name(dres), o_so, n,
-            _ptr(weight), _name(weight), heads, rstd.data_ptr(),
+            _ptr(weight), _name(weight), heads, mean_ptr, rstd.data_ptr(),
             _ptr(dweight) if weight is not None else 0, _ptr(db), _name(db), weight_offset]
     workspace, workspace_bytes = 0, 0
     if device >= 0:
-        workspace_bytes = _C.rmsnorm_bwd_workspace_bytes(*args, 0, 0, device, stream)
+        workspace_bytes = c_workspace(*args, 0, 0, device, stream)
         if workspace_bytes:
             buffer = torch.empty(workspace_bytes, dtype=torch.uint8, device=x.device)
             workspace = buffer.data_ptr()
-    _C.rmsnorm_bwd(*args, workspace, workspace_bytes, device, stream)
+    c_bwd(*args, workspace, workspace_bytes, device, stream)
     return dx, dweight, dbias, dresidual
 
 
-__all__ = ["NormkitError", "check_fwd", "check_bwd", "fwd_meta", "bwd_meta", "rmsnorm_fwd_impl",
-           "rmsnorm_bwd_impl", "dtype_name"]
+def rmsnorm_bwd_impl(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype,
+                     weight_offset):
+    """dx = rstd * (g - xhat * mean(g * xhat)) + dresidual_out with xhat = x * rstd, g = dout * (weight + offset);
+    dweight = sum_rows dout * xhat, dbias = sum_rows dout (per head in per-head mode)."""
+    return _bwd_impl(_C.rmsnorm_bwd, _C.rmsnorm_bwd_workspace_bytes, "rmsnorm_bwd", x, weight, dout, None, rstd,
+                     dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, weight_offset)
+
+
+def layernorm_bwd_impl(x, weight, dout, mean, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype):
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dresidual_out with xhat = (x - mean) * rstd,
+    g = dout * weight; dweight = sum_rows dout * xhat, dbias = sum_rows dout."""
+    return _bwd_impl(_C.layernorm_bwd, _C.layernorm_bwd_workspace_bytes, "layernorm_bwd", x, weight, dout, mean,
+                     rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, 0.0)
+
+
+def check_fused_add(x, residual, weight, bias, weight_offset):
+    """Validates a fused add's arguments (metadata only); returns the number of heads."""
+    if residual is None:
+        raise ValueError("residual: the fused add needs a residual tensor (it is updated in place)")
+    return check_fwd(x, weight, bias, residual, None, None, weight_offset)
+
+
+def _writable(rows_inner, stride_outer, stride_inner, n, m):
+    """Whether rows with this layout are a valid output for the C++ API (norm_validate's check_output)."""
+    if rows_inner > 1 and stride_inner < n:
+        return False
+    return m <= rows_inner or stride_outer >= (rows_inner - 1) * stride_inner + n
+
+
+def fused_add_impl(c_fused_add, op, x, residual, weight, bias, eps, weight_offset):
+    """In place: residual <- x + residual, x <- norm(residual) through `c_fused_add`
+    (_C.fused_add_rmsnorm or _C.fused_add_layernorm). Rows that two strides cannot
+    describe are computed on contiguous copies and copied back (logged once)."""
+    heads = check_fused_add(x, residual, weight, bias, weight_offset)
+    device, stream = _device_of(x)
+    n = x.shape[-1]
+    if x.numel() == 0:
+        return
+    if weight is not None and not weight.is_contiguous():
+        weight = weight.contiguous()
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    m = x.numel() // n
+    rows_inner, ((xs, x_so, x_si), (rs, r_so, r_si)) = plan_rows(op, (("x", x), ("residual", residual)))
+    if not (_writable(rows_inner or m, x_so, x_si, n, m) and _writable(rows_inner or m, r_so, r_si, n, m)):
+        # Both are written: the C++ API takes output rows ordered outer over inner
+        # (a permuted view is not); compute on contiguous copies instead.
+        _log_copy_once(op, "x/residual", x, "has rows in an order the kernels cannot write in place")
+        rows_inner, xs, rs = 0, x.contiguous(), residual.contiguous()
+        x_so = x_si = r_so = r_si = n
+    c_fused_add(m, n, rows_inner,
+                xs.data_ptr(), _DTYPE_NAMES[xs.dtype], x_so, x_si,
+                rs.data_ptr(), _DTYPE_NAMES[rs.dtype], r_so, r_si,
+                _ptr(weight), _name(weight), _ptr(bias), _name(bias), heads, eps, weight_offset, device, stream)
+    if xs is not x:
+        x.copy_(xs)
+    if rs is not residual:
+        residual.copy_(rs)
+
+
+__all__ = ["NormkitError", "check_fwd", "check_bwd", "fwd_meta", "layernorm_fwd_meta", "bwd_meta",
+           "rmsnorm_fwd_impl", "rmsnorm_bwd_impl", "layernorm_fwd_impl", "layernorm_bwd_impl", "check_fused_add", "fused_add_impl", "dtype_name"]

@@ -84,15 +84,15 @@ def _rmsnorm_bwd_fake(x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtyp
 # Autograd of the forward op: gradients for x, weight, bias and residual.
 
 
-def _setup_context(ctx, inputs, output):
-    (x, weight, bias, residual, _out_dtype, _residual_dtype, eps, weight_offset, store_rstd,
-     store_residual_out) = inputs
-    _out, residual_out, rstd = output
+def save_for_backward(ctx, x, weight, bias, residual, eps, weight_offset, store_stats, store_residual_out,
+                      residual_out, stats):
+    """What either norm's backward needs; `stats` are the forward's per-row fp32 outputs
+    ((rstd,) for RMSNorm, (mean, rstd) for LayerNorm), saved when store_stats."""
     # The backward's input h is what the rows were normalized from: residual_out
     # when a residual was added (as stored, like the kernel saw it), else x.
     h_saved = residual is not None and store_residual_out
     ctx.save_for_backward(residual_out if h_saved else x, None if h_saved else residual, weight,
-                          rstd if store_rstd else None)
+                          *(stats if store_stats else (None,) * len(stats)))
     ctx.x_dtype = x.dtype
     ctx.residual_dtype = residual.dtype if residual is not None else None
     ctx.bias_dtype = bias.dtype if bias is not None else None
@@ -100,10 +100,18 @@ def _setup_context(ctx, inputs, output):
     ctx.eps = eps
     ctx.weight_offset = weight_offset
     ctx.store_residual_out = store_residual_out
-    ctx.mark_non_differentiable(rstd)
+    ctx.mark_non_differentiable(*stats)
     # Unused outputs (residual_out without prenorm) then arrive as None rather
     # than as a tensor of zeros that the kernel would have to read.
     ctx.set_materialize_grads(False)
+
+
+def _setup_context(ctx, inputs, output):
+    (x, weight, bias, residual, _out_dtype, _residual_dtype, eps, weight_offset, store_rstd,
+     store_residual_out) = inputs
+    _out, residual_out, rstd = output
+    save_for_backward(ctx, x, weight, bias, residual, eps, weight_offset, store_rstd, store_residual_out,
+                      residual_out, (rstd,))
 
 
 def _grad_rows(g):
@@ -114,15 +122,19 @@ def _grad_rows(g):
     return g
 
 
-def _backward(ctx, dout, dresidual_out, _drstd):
-    h, residual, weight, rstd = ctx.saved_tensors
+def norm_grads(ctx, dout, dresidual_out, recompute_stats, run_bwd):
+    """(grad x, grad weight, grad bias, grad residual) of either norm, from what
+    save_for_backward kept. recompute_stats(h_fp32, eps) rebuilds the stats the
+    forward did not store; run_bwd(direct, h, weight, dout, stats, dresidual_out,
+    dx_dtype, dbias_dtype, dresidual_dtype, weight_offset) runs the backward, as
+    the kernel itself (direct) or as the custom op (traced)."""
+    h, residual, weight, *stats = ctx.saved_tensors
     needs = ctx.needs_input_grad
     if residual is not None:
         # residual_out was not stored (direct op call): rebuild h in fp32.
         h = h.float() + residual.float()
-    if rstd is None:
-        hf = h.float()
-        rstd = torch.rsqrt(hf.square().mean(dim=-1) + ctx.eps)
+    if stats[0] is None:
+        stats = recompute_stats(h.float(), ctx.eps)
     if dout is None:
         dout = torch.zeros(h.shape, dtype=ctx.x_dtype, device=h.device)
     dout = _grad_rows(dout)
@@ -135,14 +147,12 @@ def _backward(ctx, dout, dresidual_out, _drstd):
     # Per-head bias without a weight: the kernel keys heads on the weight, so
     # that (rare) dbias is summed here.
     kernel_db = ctx.bias_dtype is not None and needs[2] and not (weight is None and ctx.bias_heads)
-    bwd_args = (h, weight, dout, rstd, dresidual_out, ctx.x_dtype, ctx.bias_dtype if kernel_db else None,
-                dresidual_dtype, ctx.weight_offset)
-    if not torch.is_grad_enabled() and _direct_ok(h, weight, dout, dresidual_out):
-        # Eager backward: the kernel directly (the op's dispatch costs more host
-        # time than the kernel takes on small shapes). Traced backwards see the op.
-        dx, dweight, dbias, dresidual = _impl.rmsnorm_bwd_impl(*bwd_args)
-    else:
-        dx, dweight, dbias, dresidual = torch.ops.normkit.rmsnorm_bwd(*bwd_args)
+    # Eager backward: the kernel directly (the op's dispatch costs more host time
+    # than the kernel takes on small shapes). Traced backwards see the op.
+    direct = not torch.is_grad_enabled() and _direct_ok(h, weight, dout, dresidual_out)
+    dx, dweight, dbias, dresidual = run_bwd(direct, h, weight, dout, stats, dresidual_out, ctx.x_dtype,
+                                            ctx.bias_dtype if kernel_db else None, dresidual_dtype,
+                                            ctx.weight_offset)
     grad_bias = None
     if ctx.bias_dtype is not None and needs[2]:
         if kernel_db:
@@ -153,7 +163,20 @@ def _backward(ctx, dout, dresidual_out, _drstd):
     if want_residual:
         grad_residual = dresidual if dresidual_dtype is not None else dx
     return (dx if needs[0] else None, dweight if weight is not None and needs[1] else None, grad_bias,
-            grad_residual, None, None, None, None, None, None)
+            grad_residual)
+
+
+def _rms_stats(hf, eps):
+    return (torch.rsqrt(hf.square().mean(dim=-1) + eps),)
+
+
+def _rms_bwd(direct, h, weight, dout, stats, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, weight_offset):
+    args = (h, weight, dout, stats[0], dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype, weight_offset)
+    return _impl.rmsnorm_bwd_impl(*args) if direct else torch.ops.normkit.rmsnorm_bwd(*args)
+
+
+def _backward(ctx, dout, dresidual_out, _drstd):
+    return (*norm_grads(ctx, dout, dresidual_out, _rms_stats, _rms_bwd), None, None, None, None, None, None)
 
 
 _rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -242,12 +265,7 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
     db (if has_bias) has weight's dtype, else x's. dresidual (if has_residual) is dx,
     in dresidual_out's dtype when that differs from x's (then a separate tensor).
     """
-    db_dtype = None
-    if has_bias:
-        db_dtype = weight.dtype if weight is not None else x.dtype
-    dres_dtype = None
-    if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
-        dres_dtype = dresidual_out.dtype
+    db_dtype, dres_dtype = bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual)
     args = (x, weight, dout, rstd, dresidual_out, None, db_dtype, dres_dtype, float(weight_offset))
     result = None
     if not _needs_grad(x, weight, dout, rstd, dresidual_out) and _direct_ok(x, weight, dout, rstd, dresidual_out):
@@ -259,6 +277,22 @@ def rmsnorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, rstd: Tensor,
             result = _impl.rmsnorm_bwd_impl(*args)
     if result is None:
         result = torch.ops.normkit.rmsnorm_bwd(*args)
+    return bwd_result(result, weight, has_bias, has_residual, dres_dtype)
+
+
+def bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual):
+    """(dbias dtype, dresidual dtype) of the public backward functions (None: not computed,
+    or for dresidual: dx itself): db in weight's dtype (x's without weight), dresidual
+    separate only when dresidual_out's dtype differs from x's."""
+    db_dtype = (weight.dtype if weight is not None else x.dtype) if has_bias else None
+    dres_dtype = None
+    if has_residual and dresidual_out is not None and dresidual_out.dtype != x.dtype:
+        dres_dtype = dresidual_out.dtype
+    return db_dtype, dres_dtype
+
+
+def bwd_result(result, weight, has_bias, has_residual, dres_dtype):
+    """The op's (dx, dweight, dbias, dresidual) as the public functions return them."""
     dx, dw, db, dres = result
     if has_residual:
         dres = dres if dres_dtype is not None else dx

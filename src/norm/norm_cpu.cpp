@@ -1,5 +1,12 @@
-// CPU fallback of RMSNorm: the GPU's semantics on host memory (formulas in
-// rmsnorm.hpp), rows spread over std::threads.
+// CPU fallback of RMSNorm and LayerNorm: the GPU's semantics on host memory
+// (formulas in rmsnorm.hpp and layernorm.hpp), rows spread over std::threads.
+//
+// One row driver per direction serves both norms: they share the loads, the
+// residual add, the affine epilogue, the stores and the dW/dB reduction, and
+// differ only in whether the row is centred (LayerNorm subtracts the mean
+// before the variance, computed in a second pass over the row held in scratch,
+// and its backward subtracts mean(g) too). The argument structs name their
+// common fields alike, so the drivers are templates over them.
 //
 // Compute type: fp32 everywhere, as on the GPU, unless some tensor of the call is
 // fp64 (a CPU-only dtype, there for float64 verification such as gradcheck): then
@@ -29,9 +36,11 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "host_convert.hpp"
+#include "layernorm_internal.hpp"
 #include "normkit/runtime/error.hpp"
 #include "rmsnorm_internal.hpp"
 
@@ -108,19 +117,37 @@ void run_parallel(std::int64_t blocks, int threads, const Work& work) {
 bool is_f64(const Rows& t) { return t.present() && t.dtype == DType::kFloat64; }
 bool is_f64(const Param& p) { return p.present() && p.dtype == DType::kFloat64; }
 
-bool computes_in_double(const RmsNormFwdArgs& a) {
+// Forward and backward structs of every norm (they name their tensors alike).
+template <class Args>
+  requires requires(const Args& a) { a.out; }
+bool computes_in_double(const Args& a) {
   return is_f64(a.x) || is_f64(a.residual) || is_f64(a.out) || is_f64(a.residual_out) || is_f64(a.weight) ||
          is_f64(a.bias);
 }
 
-bool computes_in_double(const RmsNormBwdArgs& a) {
+template <class Args>
+  requires requires(const Args& a) { a.dout; }
+bool computes_in_double(const Args& a) {
   return is_f64(a.x) || is_f64(a.dout) || is_f64(a.dresidual_out) || is_f64(a.dx) || is_f64(a.dresidual) ||
          is_f64(a.weight) || is_f64(a.dbias);
 }
 
-// rstd is fp32 in the API whatever the compute type.
-float rstd_out(float v) { return v; }
-float rstd_out(double v) { return double_to_float(v); }
+// LayerNorm centres each row (mean subtracted); RMSNorm does not.
+template <class Args>
+constexpr bool kCentred = std::is_same_v<Args, LayerNormFwdArgs> || std::is_same_v<Args, LayerNormBwdArgs>;
+
+// LayerNorm has no weight offset.
+template <class Args>
+float weight_offset(const Args& a) {
+  if constexpr (kCentred<Args>)
+    return 0.f;
+  else
+    return a.weight_offset;
+}
+
+// mean and rstd are fp32 in the API whatever the compute type.
+float stat_out(float v) { return v; }
+float stat_out(double v) { return double_to_float(v); }
 
 // Eight independent lanes, combined pairwise: a shorter dependency chain and
 // smaller rounding error than one running sum, still plain fp32 like the GPU on
@@ -198,12 +225,13 @@ void reduce_partials(Partials<T>& p, std::int64_t blocks, void* dst, DType dtype
 }
 
 // Rows > 0 (the caller handles the empty batch); T is the compute type.
-template <class T>
-void fwd_rows(const RmsNormFwdArgs& a) {
+template <class T, class Args>
+void fwd_rows(const Args& a) {
+  constexpr bool centred = kCentred<Args>;
   const RowShape& s = a.shape;
   const std::int64_t n = s.n, heads = a.heads;
   const std::vector<T> w =
-      a.weight.present() ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<T>{};
+      a.weight.present() ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, weight_offset(a)) : std::vector<T>{};
   const std::vector<T> bias =
       a.bias.present() ? load_param<T>(a.bias.data, a.bias.dtype, heads * n, 0.f) : std::vector<T>{};
   // Rows carries a const pointer for inputs and outputs alike; outputs are
@@ -223,15 +251,27 @@ void fwd_rows(const RmsNormFwdArgs& a) {
           load_row(a.residual.data, a.residual.dtype, row_offset(a.residual, s, r), n, tmp.data());
           for (std::int64_t i = 0; i < n; ++i) h[i] += tmp[i];
         }
-        const T sumsq = lane_sum<T>(n, [&](std::int64_t i) { return h[i] * h[i]; });
+        // LayerNorm: the mean first, then the variance of the centred row (a
+        // second pass over h, never E[h^2] - mean^2, which cancels).
+        T mean = T(0);
+        if constexpr (centred) mean = lane_sum<T>(n, [&](std::int64_t i) { return h[i]; }) / static_cast<T>(n);
+        const auto centre = [&](std::int64_t i) {
+          if constexpr (centred)
+            return h[i] - mean;
+          else
+            return h[i];
+        };
+        const T sumsq = lane_sum<T>(n, [&](std::int64_t i) { return centre(i) * centre(i); });
         const T rstd = T(1) / std::sqrt(sumsq / static_cast<T>(n) + static_cast<T>(a.eps));
         const std::int64_t p = (r % heads) * n;
-        for (std::int64_t i = 0; i < n; ++i) tmp[i] = h[i] * rstd;
+        for (std::int64_t i = 0; i < n; ++i) tmp[i] = centre(i) * rstd;
         if (!w.empty())
           for (std::int64_t i = 0; i < n; ++i) tmp[i] *= w[p + i];
         if (!bias.empty())
           for (std::int64_t i = 0; i < n; ++i) tmp[i] += bias[p + i];
-        if (a.rstd != nullptr) a.rstd[r] = rstd_out(rstd);
+        if constexpr (centred)
+          if (a.mean != nullptr) a.mean[r] = stat_out(mean);
+        if (a.rstd != nullptr) a.rstd[r] = stat_out(rstd);
         // Without a residual h is x itself: prenorm without a residual stores x.
         if (residual_out != nullptr)
           store_row(residual_out, a.residual_out.dtype, row_offset(a.residual_out, s, r), n, h.data());
@@ -242,14 +282,15 @@ void fwd_rows(const RmsNormFwdArgs& a) {
 }
 
 // Rows > 0 (the caller handles the empty batch).
-template <class T>
-void bwd_rows(const RmsNormBwdArgs& a) {
+template <class T, class Args>
+void bwd_rows(const Args& a) {
+  constexpr bool centred = kCentred<Args>;
   const RowShape& s = a.shape;
   const std::int64_t n = s.n, heads = a.heads;
   const bool want_dw = a.weight.present(), want_db = a.dbias.present();
   void* dbias = const_cast<void*>(a.dbias.data);
   const std::vector<T> w =
-      want_dw ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, a.weight_offset) : std::vector<T>{};
+      want_dw ? load_param<T>(a.weight.data, a.weight.dtype, heads * n, weight_offset(a)) : std::vector<T>{};
   void* dx = const_cast<void*>(a.dx.data);
   void* dresidual = const_cast<void*>(a.dresidual.data);
 
@@ -273,13 +314,23 @@ void bwd_rows(const RmsNormBwdArgs& a) {
         const std::int64_t p = (r % heads) * n;
         load_row(a.x.data, a.x.dtype, row_offset(a.x, s, r), n, xhat.data());
         load_row(a.dout.data, a.dout.dtype, row_offset(a.dout, s, r), n, dy.data());
-        for (std::int64_t i = 0; i < n; ++i) xhat[i] *= rstd;
+        if constexpr (centred) {
+          const T mean = a.mean[r];
+          for (std::int64_t i = 0; i < n; ++i) xhat[i] = (xhat[i] - mean) * rstd;
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) xhat[i] *= rstd;
+        }
         if (want_dw)
           for (std::int64_t i = 0; i < n; ++i) g[i] = dy[i] * w[p + i];
         else
           std::copy(dy.begin(), dy.end(), g.begin());
         const T mean_gx = lane_sum<T>(n, [&](std::int64_t i) { return g[i] * xhat[i]; }) / static_cast<T>(n);
-        for (std::int64_t i = 0; i < n; ++i) g[i] = rstd * (g[i] - xhat[i] * mean_gx);
+        if constexpr (centred) {
+          const T mean_g = lane_sum<T>(n, [&](std::int64_t i) { return g[i]; }) / static_cast<T>(n);
+          for (std::int64_t i = 0; i < n; ++i) g[i] = rstd * (g[i] - mean_g - xhat[i] * mean_gx);
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) g[i] = rstd * (g[i] - xhat[i] * mean_gx);
+        }
         if (a.dresidual_out.present()) {
           load_row(a.dresidual_out.data, a.dresidual_out.dtype, row_offset(a.dresidual_out, s, r), n, tmp.data());
           for (std::int64_t i = 0; i < n; ++i) g[i] += tmp[i];
@@ -297,13 +348,8 @@ void bwd_rows(const RmsNormBwdArgs& a) {
   if (want_db) reduce_partials(pdb, blocks, dbias, a.dbias.dtype);
 }
 
-}  // namespace
-
-void set_cpu_threads_for_testing(int threads) {
-  g_forced_threads.store(std::max(0, threads), std::memory_order_relaxed);
-}
-
-void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
+template <class Args>
+void fwd_cpu(const Args& a) {
   if (a.shape.rows == 0) return;
   if (computes_in_double(a))
     fwd_rows<double>(a);
@@ -311,7 +357,8 @@ void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) {
     fwd_rows<float>(a);
 }
 
-void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
+template <class Args>
+void bwd_cpu(const Args& a) {
   if (a.shape.rows == 0) {
     // A sum over no rows is zero; dweight/dbias are not empty tensors.
     const std::int64_t count = a.heads * a.shape.n;
@@ -325,5 +372,16 @@ void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) {
   else
     bwd_rows<float>(a);
 }
+
+}  // namespace
+
+void set_cpu_threads_for_testing(int threads) {
+  g_forced_threads.store(std::max(0, threads), std::memory_order_relaxed);
+}
+
+void rmsnorm_fwd_cpu(const RmsNormFwdArgs& a) { fwd_cpu(a); }
+void rmsnorm_bwd_cpu(const RmsNormBwdArgs& a) { bwd_cpu(a); }
+void layernorm_fwd_cpu(const LayerNormFwdArgs& a) { fwd_cpu(a); }
+void layernorm_bwd_cpu(const LayerNormBwdArgs& a) { bwd_cpu(a); }
 
 }  // namespace normkit::norm::detail
