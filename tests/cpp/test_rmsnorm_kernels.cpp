@@ -243,6 +243,58 @@ INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm
 
 // The H200 test grid's row lengths x dtypes x weight dtypes, forward and backward,
 // as the dispatcher plans them for aligned data on sm_90a: none may spill.
+// LayerNorm runs the same kernels with CENTER (a second reduction in the forward,
+// the mean(g) sums in the backward): every plan of the grid's row lengths, with
+// weight and bias (dw and db), compiles without spills on sm_90a and sm_80.
+TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 262144}) {
+      for (DType x : {bf16, f32}) {
+        RmsFwdSpec f;
+        f.plan = plan(n, x, false, false, target);
+        f.n = n;
+        f.x = x;
+        f.residual = x;
+        f.residual_out = x;
+        f.weight = f32;
+        f.bias = f32;
+        f.out = x;
+        f.store_rstd = true;
+        f.center = true;
+        auto kf = rt().compile(fwd_source(f), Target::parse(target));
+        EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        EXPECT_EQ(fwd_source(f).family, "layernorm_fwd");
+        ++kernels;
+        for (const bool grads : {true, false}) {
+          RmsBwdSpec b;
+          b.n = n;
+          b.x = x;
+          if (grads) {
+            b.weight = f32;
+            b.dbias = f32;
+          }
+          b.dout = x;
+          b.dx = x;
+          b.center = true;
+          b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
+          const RmsBwdSources sources = bwd_sources(b);
+          for (const std::optional<normkit::rt::KernelSource>& k :
+               {std::optional(sources.rows), sources.row_dots, sources.columns}) {
+            if (!k) continue;
+            auto kb = rt().compile(*k, Target::parse(target));
+            EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
+                << target << " bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
+            EXPECT_EQ(k->family.rfind("layernorm_bwd", 0), 0u) << k->family;
+            ++kernels;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(kernels, 40);
+}
+
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
   const std::string target = "sm_90a";
   int kernels = 0;

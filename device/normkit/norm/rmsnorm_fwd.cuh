@@ -107,9 +107,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
   const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
   if constexpr (STORE_RSTD) {
+    // STORE_RSTD: the row statistics asked for (LayerNorm: mean and rstd, each optional).
     if (active && t.lane == 0 && t.rank == 0) {
-      p.rstd[r] = rstd;
-      if constexpr (CENTER) p.mean[r] = mean;
+      if (p.rstd != nullptr) p.rstd[r] = rstd;
+      if constexpr (CENTER) {
+        if (p.mean != nullptr) p.mean[r] = mean;
+      }
     }
   }
   if (!active) return;
