@@ -11,14 +11,14 @@
 # bench.png and bench.log (build, wheel install and the benchmark's output).
 #
 # Time: the device tool stops a command at 600 s. The benchmark is sent SIGINT when
-# BENCH_BUDGET_S (default 570) runs out; bench.json is rewritten after every shape, so
+# NORMKIT_BENCH_BUDGET_S (default 570) runs out; bench.json is rewritten after every shape, so
 # what was measured comes back (meta.complete false). A full sweep of both dtypes with
 # every peer does not fit: split it with --dtypes / --directions / --peers.
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python3}
-BUDGET=${BENCH_BUDGET_S:-570}
+BUDGET=${NORMKIT_BENCH_BUDGET_S:-570}
 LOG=$OUT/bench.log
 export PYTHONUNBUFFERED=1
 {
