@@ -315,6 +315,29 @@ def test_normkit_failing_its_check_is_exit_status_1(cli, tmp_path, monkeypatch):
     assert doc["rows"][0]["status"] == "failed"
 
 
+def test_an_interrupted_run_keeps_what_it_measured(cli, tmp_path, monkeypatch):
+    """Ctrl-C, or bench_gpu.sh's time limit (SIGINT): exit 130, and a valid JSON with the finished cases."""
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    from normkit.bench import runner
+
+    real = runner.Bench.run_case
+    calls = []
+
+    def interrupted_on_the_second_case(self, case, implementations):
+        calls.append(case)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, case, implementations)
+
+    monkeypatch.setattr(runner.Bench, "run_case", interrupted_on_the_second_case)
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "eager", "--directions", "fwd,bwd")
+    assert code == 130, out + err
+    assert "interrupted: writing what was measured" in out
+    assert doc["meta"]["complete"] is False
+    assert {(r["direction"], r["impl"]) for r in doc["rows"]} == {("fwd", "normkit"), ("fwd", "eager")}
+    assert problems(doc) == []
+
+
 # ---------------------------------------------------------------------------
 # On the GPU
 

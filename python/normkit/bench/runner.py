@@ -296,19 +296,25 @@ def run(opts, argv):
         reference_copy=None)
     timer = (timing.GpuTimer(torch, torch.cuda.Stream(device), opts.reps, opts.warmup) if gpu
              else timing.CpuTimer(opts.reps, opts.warmup))
-    doc["host_overhead"] = host_overhead(torch, gpu, device, opts)
-    with report.Live(console, len(case_list)) as live:
-        doc["meta"]["reference_copy"] = timing.reference_copy(
-            torch, timer, device, GPU_REFERENCE_COPY if gpu else CPU_REFERENCE_COPY)
-        live.reference(doc["meta"]["reference_copy"], doc["host_overhead"])
-        bench = Bench(torch, opts, gpu, device, cache_bytes, timer, live)
-        for case in case_list:
-            doc["rows"].extend(bench.run_case(case, implementations))
-            doc["latency"] = latency(doc["rows"])
-            doc["meta"]["elapsed_s"] = time.perf_counter() - started
-            report.write_json(doc, json_path)
-            live.advance()
-    doc["meta"].update(complete=True, elapsed_s=time.perf_counter() - started)
+    interrupted = False
+    try:
+        doc["host_overhead"] = host_overhead(torch, gpu, device, opts)
+        with report.Live(console, len(case_list)) as live:
+            doc["meta"]["reference_copy"] = timing.reference_copy(
+                torch, timer, device, GPU_REFERENCE_COPY if gpu else CPU_REFERENCE_COPY)
+            live.reference(doc["meta"]["reference_copy"], doc["host_overhead"])
+            bench = Bench(torch, opts, gpu, device, cache_bytes, timer, live)
+            for case in case_list:
+                doc["rows"].extend(bench.run_case(case, implementations))
+                doc["latency"] = latency(doc["rows"])
+                doc["meta"]["elapsed_s"] = time.perf_counter() - started
+                report.write_json(doc, json_path)
+                live.advance()
+    except KeyboardInterrupt:
+        # Ctrl-C, or scripts/bench_gpu.sh's time limit: what was measured is still written and summarized.
+        interrupted = True
+        console.line("interrupted: writing what was measured (meta.complete stays false)")
+    doc["meta"].update(complete=not interrupted, elapsed_s=time.perf_counter() - started)
     report.write_json(doc, json_path)
     written = [json_path]
     if opts.plot:
@@ -319,4 +325,6 @@ def run(opts, argv):
         else:
             written.append(png)
     report.summary(console, doc, written)
+    if interrupted:
+        return 130
     return 1 if any(r["impl"] == "normkit" and r["status"] != "ok" for r in doc["rows"]) else 0
