@@ -27,7 +27,7 @@ VENV_STAMP := $(VENV)/.normkit-requirements.stamp
 .PHONY: help deps venv build install-py test run clean distclean
 
 help:
-	@echo "make run        install what is missing, build the Python package, run 'normkit doctor'"
+	@echo "make run        install what is missing, build the Python package, run 'normkit doctor' and 'normkit bench --quick'"
 	@echo "make test       install what is missing, build, run the C++ (ctest) and Python (pytest) tests"
 	@echo "make deps       install missing Debian packages (as root)"
 	@echo "make venv       create $(VENV) with the tools in requirements-dev.txt"
@@ -78,8 +78,11 @@ test: deps venv build
 	$(MAKE) --no-print-directory install-py
 	$(PY) -m pytest -q -rs tests/python
 
+# The benchmark writes bench-out/bench.json and bench.png; without a GPU it
+# benchmarks the CPU fallback against PyTorch CPU (under a minute).
 run: deps venv install-py
 	$(VENV)/bin/normkit doctor
+	$(VENV)/bin/normkit bench --quick
 
 clean:
 	rm -rf build python/normkit/*.so .pytest_cache

@@ -1,4 +1,4 @@
-"""The `normkit` command: environment diagnostics, compile-cache management and precompilation."""
+"""The `normkit` command: environment diagnostics, compile-cache management, precompilation and benchmarks."""
 
 import argparse
 import datetime
@@ -10,6 +10,7 @@ import sys
 import normkit
 from normkit import _C, _cli_precompile
 from normkit._C import NormkitError
+from normkit.bench import options as bench_options
 
 EPILOG = """\
 commands:
@@ -28,7 +29,7 @@ commands:
       --delete-invalid  remove the invalid entries
   normkit cache clear
       Remove every entry from the disk cache.
-""" + _cli_precompile.HELP + """
+""" + _cli_precompile.HELP + bench_options.HELP + """
 The cache directory and everything else the runtime reads from the environment
 (NORMKIT_CACHE_DIR, NORMKIT_CACHE_MODE, NORMKIT_ARCH, ...) are listed in README.md.
 Exit status: 0 on success, 1 when a check failed, 2 on errors.
@@ -357,6 +358,21 @@ def _cmd_cache_clear(args, out):
 
 
 # ---------------------------------------------------------------------------
+# bench
+
+
+def _cmd_bench(args, out):
+    try:
+        opts = bench_options.from_args(args)
+        # Imported here: the runner imports torch, which no other command needs.
+        from normkit.bench import runner
+
+        return runner.run(opts, args.argv)
+    except bench_options.BenchUsageError as e:
+        return _error(e)
+
+
+# ---------------------------------------------------------------------------
 
 
 def _build_parser():
@@ -393,6 +409,19 @@ def _build_parser():
     clear.set_defaults(func=_cmd_cache_clear)
 
     _cli_precompile.add_parser(commands, argparse.RawDescriptionHelpFormatter)
+
+    bench = commands.add_parser(
+        "bench", help="benchmark RMSNorm against a device copy and the peers (JSON + plot)",
+        description="Benchmark RMSNorm (DESIGN section 4): GB/s of forward and backward, with and without a "
+                    "residual, against a device copy of the same bytes timed in the same run and against the peers "
+                    "that are importable (PyTorch eager F.rms_norm, torch.compile of the reference, quack, "
+                    "Liger-Kernel, FlashInfer), each checked against an fp32 reference and normkit before it is "
+                    "timed; decode shapes by CUDA-graph replay; host time per call at M=1, N=4096. Prints a table "
+                    "and writes bench.json (schema: normkit/bench/schema.json) and bench.png to --out. Without a "
+                    "GPU it benchmarks normkit's CPU fallback against PyTorch CPU and says so. Exit status 1 if a "
+                    "normkit row failed its check; a failing peer is a result, not an error.")
+    bench_options.add_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -408,6 +437,7 @@ def main(argv=None):
     except SystemExit as e:  # --help, --version and usage errors
         code = e.code
         return code if isinstance(code, int) else (0 if code is None else 2)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the exact command line, for records
     out = _Output()
     try:
         return args.func(args, out)

@@ -1,0 +1,364 @@
+"""`normkit bench`: a real CPU run of --quick validated against the JSON Schema, every
+committed docs/perf/bench-*.json validated too, the byte accounting, argument errors,
+and peers that are missing, fail or disagree being reported rather than dropped.
+
+The CPU run is the one that keeps the schema check from passing vacuously while no
+bench JSON is committed. The GPU run (marked `gpu`) repeats it on the device.
+"""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from normkit.bench import options, timing, traffic
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+COMMITTED = sorted(REPO.glob("docs/perf/bench-*.json"))
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+# A bench small enough for in-process tests (a second or two on a CPU).
+TINY = ("--device", "cpu", "--dtypes", "bf16", "--n", "1024", "--elements", "2^14", "--decode-shapes", "none", "--directions", "fwd",
+        "--residual", "without", "--reps", "2", "--warmup", "0", "--host-calls", "10", "--no-plot")
+
+
+def run_bench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "normkit", "bench", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, cwd=REPO)
+
+
+def problems(doc):
+    pytest.importorskip("jsonschema", reason="the schema check needs jsonschema (requirements-dev.txt)")
+    from normkit.bench import validate
+
+    return validate.problems(doc)
+
+
+@pytest.fixture(scope="module")
+def quick_cpu(tmp_path_factory):
+    """(completed process, bench.json as a dict, output folder) of `normkit bench --quick --device cpu`."""
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    out = tmp_path_factory.mktemp("bench-quick-cpu")
+    result = run_bench("--quick", "--device", "cpu", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(out / "bench.json") as f:
+        return result, json.load(f), out
+
+
+# ---------------------------------------------------------------------------
+# The CPU run and the schema
+
+
+def test_quick_cpu_run_is_valid_and_complete(quick_cpu):
+    result, doc, _ = quick_cpu
+    assert "CPU mode" in result.stdout
+    assert "Traceback" not in result.stderr
+    assert problems(doc) == []
+    meta = doc["meta"]
+    assert meta["mode"] == "cpu" and meta["complete"] is True
+    assert meta["command"].startswith("normkit bench --quick")
+    assert meta["reference_copy"]["gbps"] > 0
+    # Every case has a checked, timed row for normkit and for eager: nothing dropped.
+    cases = {(r["direction"], r["residual"], r["M"], r["N"]) for r in doc["rows"]}
+    assert len(cases) == 2 * 2 * (len(options.DEFAULTS["n"][1]) + len(options.DEFAULTS["decode_shapes"][1]))
+    for case in cases:
+        impls = {r["impl"]: r for r in doc["rows"] if (r["direction"], r["residual"], r["M"], r["N"]) == case}
+        assert set(impls) == {"normkit", "eager"}, case
+        for row in impls.values():
+            assert row["status"] == "ok", row
+            assert row["check"]["vs_reference"], row
+    decode = [e for e in doc["latency"] if (e["M"], e["N"]) == (1, 4096)]
+    assert len(decode) == 4 and all(e["us"]["normkit"] > 0 for e in decode)
+    host = {r["impl"]: r for r in doc["host_overhead"]["results"]}
+    assert host["normkit"]["status"] == "ok" and host["eager"]["status"] == "ok"
+    assert doc["host_overhead"]["calls_per_round"] == options.HOST_CALLS
+
+
+def test_quick_cpu_run_writes_the_plot(quick_cpu):
+    result, _, out = quick_cpu
+    png = out / "bench.png"
+    if HAS_MATPLOTLIB:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert not png.exists()
+        assert "warning: no plot: matplotlib is not installed" in result.stdout
+
+
+def test_every_bench_json_is_valid(quick_cpu):
+    """The committed results (docs/perf/bench-*.json, whatever matches) and this run's: at least one."""
+    documents = [("quick CPU run", quick_cpu[1])]
+    for path in COMMITTED:
+        with open(path) as f:
+            documents.append((str(path.relative_to(REPO)), json.load(f)))
+    for name, doc in documents:
+        assert problems(doc) == [], name
+
+
+def test_schema_rejects_what_it_should(quick_cpu):
+    doc = json.loads(json.dumps(quick_cpu[1]))
+    doc["schema_version"] = 2
+    del doc["rows"][0]["bytes"]
+    doc["rows"][1]["status"] = "fine"
+    doc["meta"]["implementations"]["quack"]["status"] = "maybe"
+    found = "\n".join(problems(doc))
+    assert "schema_version" in found
+    assert "rows/0: 'bytes' is a required property" in found
+    assert "rows/1/status" in found
+    assert "meta/implementations/quack/status" in found
+
+
+def test_an_ok_row_needs_its_numbers(quick_cpu):
+    doc = json.loads(json.dumps(quick_cpu[1]))
+    doc["rows"][0]["us"] = None
+    assert any(p.startswith("rows/0/us") for p in problems(doc))
+
+
+def test_the_benchmark_never_imports_jsonschema(tmp_path):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    code = ("import sys; from normkit.cli import main; rc = main(['bench', *sys.argv[1:]]); "
+            "print('jsonschema imported:', 'jsonschema' in sys.modules); sys.exit(rc)")
+    result = subprocess.run([sys.executable, "-c", code, *TINY, "--out", str(tmp_path)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "jsonschema imported: False" in result.stdout
+
+
+# ---------------------------------------------------------------------------
+# Byte accounting (DESIGN §4)
+
+
+@pytest.mark.parametrize("dtype,e", [("bf16", 2), ("fp16", 2), ("fp32", 4)])
+def test_forward_bytes(dtype, e):
+    M, N = 8192, 4096
+    plain = traffic.traffic("fwd", dtype, M, N, False)
+    assert plain.bytes == 2 * M * N * e + N * e  # x, out; weight
+    assert plain.formula == f"x M*N*{e} + out M*N*{e} + weight N*{e}"
+    residual = traffic.traffic("fwd", dtype, M, N, True)
+    assert residual.bytes == 4 * M * N * e + N * e  # + residual, residual_out
+    assert "residual M*N" in residual.formula and "residual_out M*N" in residual.formula
+
+
+@pytest.mark.parametrize("dtype,e", [("bf16", 2), ("fp32", 4)])
+def test_backward_bytes(dtype, e):
+    M, N = 512, 262144
+    plain = traffic.traffic("bwd", dtype, M, N, False)
+    assert plain.bytes == 3 * M * N * e + 2 * N * e + 4 * M  # x, dout, dx; weight, dw; fp32 rstd
+    assert plain.formula == f"x M*N*{e} + dout M*N*{e} + dx M*N*{e} + weight N*{e} + rstd M*4 + dw N*{e}"
+    residual = traffic.traffic("bwd", dtype, M, N, True)
+    assert residual.bytes == plain.bytes + M * N * e  # + dresidual_out; dresidual is dx itself
+    assert residual.formula.endswith(f"dresidual_out M*N*{e}")
+    assert sum(b for _, b in residual.terms) == residual.bytes
+
+
+def test_bytes_of_an_unknown_direction_name_it():
+    with pytest.raises(ValueError, match="direction"):
+        traffic.traffic("sideways", "bf16", 1, 1, False)
+
+
+# ---------------------------------------------------------------------------
+# Timing helpers
+
+
+def test_rotation_exceeds_twice_the_cache():
+    assert timing.rotation_count(16 << 10, 60 << 20) * (16 << 10) >= 2 * (60 << 20)
+    assert timing.rotation_count(1 << 30, 60 << 20) == 2  # never fewer than two sets
+    assert timing.rotation_count(1, 1 << 40) == timing.MAX_SETS
+
+
+def test_summary_statistics():
+    stats = timing.summarize([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert stats == {"us": 3.0, "us_min": 1.0, "us_p20": 1.8, "us_p80": 4.2, "reps": 5}
+
+
+# ---------------------------------------------------------------------------
+# Arguments
+
+
+@pytest.mark.parametrize("args,flag", [
+    (("--peers", "eager,foo"), "--peers"),
+    (("--peers", ""), "--peers"),
+    (("--dtypes", "bf8"), "--dtypes"),
+    (("--n", "0"), "--n"),
+    (("--n", "1k"), "--n"),
+    (("--elements", "many"), "--elements"),
+    (("--decode-shapes", "4096"), "--decode-shapes"),
+    (("--directions", "up"), "--directions"),
+    (("--residual", "maybe"), "--residual"),
+    (("--device", "tpu"), "--device"),
+    (("--reps", "0"), "--reps"),
+    (("--warmup", "-1"), "--warmup"),
+    (("--host-calls", "-5"), "--host-calls"),
+    (("--n", "none", "--decode-shapes", "none"), "--n"),
+])
+def test_argument_errors_name_the_argument(cli, tmp_path, args, flag):
+    code, out, err = cli("bench", *args, "--out", str(tmp_path / "never"))
+    assert code == 2, out + err
+    assert err.startswith(f"normkit: error: {flag}: "), err
+    assert not (tmp_path / "never").exists()
+
+
+def test_unknown_peer_lists_the_known_ones(cli):
+    code, _, err = cli("bench", "--peers", "triton")
+    assert code == 2
+    assert "unknown peer 'triton'" in err
+    for name in options.PEERS:
+        assert name in err
+
+
+def test_elements_smaller_than_n(cli, tmp_path):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    code, _, err = cli("bench", "--device", "cpu", "--n", "4096", "--elements", "1024", "--out", str(tmp_path))
+    assert code == 2
+    assert err.startswith("normkit: error: --elements: 1024 is smaller than N=4096")
+
+
+def test_device_cuda_without_a_gpu(cli, tmp_path):
+    torch = pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    code, _, err = cli("bench", "--device", "cuda", "--out", str(tmp_path))
+    assert code == 2
+    assert err.startswith("normkit: error: --device: ")
+
+
+def test_help_and_readme_document_every_flag():
+    result = subprocess.run([sys.executable, "-m", "normkit", "bench", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    top = subprocess.run([sys.executable, "-m", "normkit", "--help"], capture_output=True, text=True, timeout=60)
+    assert "normkit bench" in top.stdout
+    readme = (REPO / "README.md").read_text()
+    assert "### `normkit bench`" in readme
+    flags = ["--quick", "--out", "--device", "--dtypes", "--n", "--elements", "--decode-shapes", "--directions",
+             "--residual", "--peers", "--reps", "--warmup", "--host-calls", "--no-plot"]
+    for flag in flags:
+        assert flag in result.stdout, flag
+        assert f"`{flag}" in readme, flag
+
+
+# ---------------------------------------------------------------------------
+# Peers: missing, failing, disagreeing
+
+
+def _tiny(cli, tmp_path, *extra):
+    code, out, err = cli("bench", *TINY, "--out", str(tmp_path), *extra)
+    with open(tmp_path / "bench.json") as f:
+        return code, out, err, json.load(f)
+
+
+def test_missing_peers_are_reported(cli, tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    for module in ("quack", "liger_kernel", "flashinfer"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "eager,quack,liger,flashinfer")
+    assert code == 0, out + err
+    impls = doc["meta"]["implementations"]
+    for name, module in (("quack", "quack"), ("liger", "liger_kernel"), ("flashinfer", "flashinfer")):
+        assert impls[name]["status"] == "not installed", impls[name]
+        assert module in impls[name]["why"]
+        assert f"{name}" in out
+    assert impls["compile"]["status"] == "not requested"
+    assert impls["eager"]["status"] == "available"
+    assert "quack: not installed: ModuleNotFoundError: " in out
+    assert {r["impl"] for r in doc["rows"]} == {"normkit", "eager"}
+    assert problems(doc) == []
+
+
+def test_a_failing_peer_is_a_failed_row(cli, tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    from normkit.bench import impls
+
+    def broken(self, x, w, r):
+        raise RuntimeError("peer exploded\nsecond line")
+
+    monkeypatch.setattr(impls.Eager, "forward", broken)
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "eager")
+    assert code == 0, out + err  # a peer's failure is a result, not an error of the benchmark
+    row = next(r for r in doc["rows"] if r["impl"] == "eager")
+    assert row["status"] == "failed" and row["reason"] == "RuntimeError: peer exploded"
+    assert row["us"] is None
+    assert "failed: RuntimeError: peer exploded" in out
+    assert "1 row(s) failed" in out
+    assert problems(doc) == []
+
+
+def test_a_disagreeing_peer_is_not_timed(cli, tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    from normkit.bench import impls
+
+    real = impls.Eager.forward
+
+    def wrong(self, x, w, r):
+        out, h = real(self, x, w, r)
+        return out * 1.5, h
+
+    monkeypatch.setattr(impls.Eager, "forward", wrong)
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "eager")
+    assert code == 0, out + err
+    row = next(r for r in doc["rows"] if r["impl"] == "eager")
+    assert row["status"] == "failed"
+    assert row["reason"].startswith("disagrees with the fp32 reference: out relative error")
+    assert row["check"]["vs_normkit"]["out"] > row["check"]["tolerance"]
+    assert row["method"] is None and row["us"] is None
+
+
+def test_normkit_failing_its_check_is_exit_status_1(cli, tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    from normkit.bench import impls
+
+    real = impls.Normkit.forward
+    monkeypatch.setattr(impls.Normkit, "forward", lambda self, x, w, r: (real(self, x, w, r)[0] * 0, None))
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "none")
+    assert code == 1, out + err
+    assert doc["rows"][0]["status"] == "failed"
+
+
+def test_an_interrupted_run_keeps_what_it_measured(cli, tmp_path, monkeypatch):
+    """Ctrl-C, or bench_gpu.sh's time limit (SIGINT): exit 130, and a valid JSON with the finished cases."""
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    from normkit.bench import runner
+
+    real = runner.Bench.run_case
+    calls = []
+
+    def interrupted_on_the_second_case(self, case, implementations):
+        calls.append(case)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, case, implementations)
+
+    monkeypatch.setattr(runner.Bench, "run_case", interrupted_on_the_second_case)
+    code, out, err, doc = _tiny(cli, tmp_path, "--peers", "eager", "--directions", "fwd,bwd")
+    assert code == 130, out + err
+    assert "interrupted: writing what was measured" in out
+    assert doc["meta"]["complete"] is False
+    assert {(r["direction"], r["impl"]) for r in doc["rows"]} == {("fwd", "normkit"), ("fwd", "eager")}
+    assert problems(doc) == []
+
+
+# ---------------------------------------------------------------------------
+# On the GPU
+
+
+@pytest.mark.gpu
+def test_quick_gpu_run_is_valid(tmp_path):
+    """Events, graph replay, the copies and the host overhead on the device; eager as the only peer keeps
+    it short (the other peers' first calls compile for tens of seconds: scripts/bench_gpu.sh runs them)."""
+    pytest.importorskip("torch", reason="normkit bench needs PyTorch")
+    result = run_bench("--quick", "--peers", "eager", "--out", str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    with open(tmp_path / "bench.json") as f:
+        doc = json.load(f)
+    assert doc["meta"]["mode"] == "gpu" and doc["meta"]["complete"] is True
+    assert doc["meta"]["device"]["sm_count"] > 0
+    assert problems(doc) == []
+    assert all(r["status"] == "ok" for r in doc["rows"]), [r for r in doc["rows"] if r["status"] != "ok"]
+    normkit_rows = [r for r in doc["rows"] if r["impl"] == "normkit"]
+    assert {r["method"] for r in normkit_rows} == {"cuda-events", "cuda-graph"}
+    decode = next(e for e in doc["latency"] if (e["M"], e["N"], e["direction"], e["residual"]) == (1, 4096, "fwd",
+                                                                                                   False))
+    assert decode["method"] == "cuda-graph" and decode["us"]["normkit"] > 0
+    host = {r["impl"]: r for r in doc["host_overhead"]["results"]}
+    assert host["normkit"]["us_per_call"] > 0 and host["eager"]["us_per_call"] > 0
