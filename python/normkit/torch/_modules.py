@@ -107,5 +107,5 @@ class LayerNorm(torch.nn.Module):
         return _flat_rows(self, x, (self.weight, self.bias), lambda rows, w, b: layernorm(rows, w, b, eps=eps))
 
     def extra_repr(self):
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={self.bias is not None}")
+        # torch's own text, which changes between releases (2.15 added bias=).
+        return torch.nn.LayerNorm.extra_repr(self)
