@@ -106,7 +106,7 @@ def parse_args(argv=None):
 
 
 def normkit_kinds():
-    """Norm kinds normkit.torch provides; ('rmsnorm',) today, plus 'layernorm' after issue 5."""
+    """Norm kinds normkit.torch provides: ('rmsnorm', 'layernorm'), or ('rmsnorm',) before LayerNorm."""
     import normkit.torch as nkt
 
     kinds = ["rmsnorm"]

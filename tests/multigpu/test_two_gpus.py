@@ -10,11 +10,10 @@
   d. a loaded handle is never used on the wrong device: calls interleaved across
      devices and current devices stay correct and load each kernel once per device.
 
-Norm kinds: every test that runs a norm is parametrized over NORM_KINDS. RMSNorm is
-covered now. LayerNorm (issue 5) is not in normkit.torch yet: its cases are
-reported as SKIPPED with the reason "LayerNorm NOT covered ...", never as passed,
-and they turn on by themselves once `normkit.torch.layernorm` exists (check the
-call signature in _layernorm_call against issue 5's API then).
+Norm kinds: every test that runs a norm is parametrized over NORM_KINDS: RMSNorm and
+LayerNorm (normkit.torch.layernorm(x, weight, bias, eps=...)). An installation
+without LayerNorm reports its cases as SKIPPED with the reason "LayerNorm NOT
+covered ...", never as passed.
 
 Needs two CUDA GPUs. With fewer, the module skips with the reason, unless
 NORMKIT_TEST_REQUIRE_GPUS=2 is set (scripts/multigpu/run_all.sh sets it): then
@@ -181,8 +180,6 @@ def _rmsnorm_direct(x, w, dout):
 
 
 def _layernorm_call(x, w, b, r):
-    # Issue 5 defines normkit.torch.layernorm; the assumed signature is
-    # layernorm(x, weight, bias, eps=...). Confirm it when issue 5 lands.
     return nkt.layernorm(x, w, b, eps=EPS), None
 
 
