@@ -93,7 +93,25 @@ class RmsNormKernels : public nktest::FreshRuntime, public ::testing::WithParamI
   }
 };
 
-class RmsNormKernelSweep : public nktest::FreshRuntime {};
+class RmsNormKernelSweep : public nktest::FreshRuntime {
+ protected:
+  // Compiles every kernel a planned backward spec launches (row, dot, column
+  // kernels) for `target`, expects no spills; returns how many it compiled.
+  int expect_bwd_clean(const RmsBwdSpec& b, const std::string& target) {
+    const RmsBwdSources sources = bwd_sources(b);
+    int compiled = 0;
+    for (const std::optional<normkit::rt::KernelSource>& k :
+         {std::optional(sources.rows), sources.row_dots, sources.columns}) {
+      if (!k) continue;
+      auto kb = rt().compile(*k, Target::parse(target));
+      EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
+          << target << " bwd n=" << b.n << " " << b.plan.str() << " " << k->template_args;
+      EXPECT_EQ(k->family.rfind(b.center ? "layernorm_bwd" : "rmsnorm_bwd", 0), 0u) << k->family;
+      ++compiled;
+    }
+    return compiled;
+  }
+};
 
 }  // namespace
 
@@ -278,16 +296,7 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
           b.dx = x;
           b.center = true;
           b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
-          const RmsBwdSources sources = bwd_sources(b);
-          for (const std::optional<normkit::rt::KernelSource>& k :
-               {std::optional(sources.rows), sources.row_dots, sources.columns}) {
-            if (!k) continue;
-            auto kb = rt().compile(*k, Target::parse(target));
-            EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
-                << target << " bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
-            EXPECT_EQ(k->family.rfind("layernorm_bwd", 0), 0u) << k->family;
-            ++kernels;
-          }
+          kernels += expect_bwd_clean(b, target);
         }
       }
     }
@@ -326,15 +335,7 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
                 return plan_bwd(many, 8, arch_of(target)).str();
               }())
             continue;  // the same kernels as without
-          const RmsBwdSources sources = bwd_sources(b);
-          for (const std::optional<normkit::rt::KernelSource>& k :
-               {std::optional(sources.rows), sources.row_dots, sources.columns}) {
-            if (!k) continue;
-            auto kb = rt().compile(*k, Target::parse(target));
-            EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
-                << "bwd n=" << n << " " << b.plan.str() << " " << k->template_args;
-            ++kernels;
-          }
+          kernels += expect_bwd_clean(b, target);
         }
         ++kernels;
       }
