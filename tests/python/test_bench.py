@@ -152,9 +152,45 @@ def test_backward_bytes(dtype, e):
     assert sum(b for _, b in residual.terms) == residual.bytes
 
 
+@pytest.mark.parametrize("dtype,e", [("bf16", 2), ("fp32", 4)])
+def test_layernorm_bytes(dtype, e):
+    """As RMSNorm plus the bias (forward: no mean/rstd stored, as no rstd for RMSNorm); backward reads mean and
+    rstd (fp32 per row) and writes dw and db."""
+    M, N = 8192, 4096
+    fwd = traffic.traffic("fwd", dtype, M, N, False, "layernorm")
+    assert fwd.bytes == traffic.traffic("fwd", dtype, M, N, False).bytes + N * e
+    assert fwd.formula == f"x M*N*{e} + out M*N*{e} + weight N*{e} + bias N*{e}"
+    assert traffic.traffic("fwd", dtype, M, N, True, "layernorm").bytes == fwd.bytes + 2 * M * N * e
+    bwd = traffic.traffic("bwd", dtype, M, N, False, "layernorm")
+    assert bwd.bytes == 3 * M * N * e + 3 * N * e + 2 * 4 * M  # x, dout, dx; weight, dw, db; mean, rstd
+    assert bwd.formula == (f"x M*N*{e} + dout M*N*{e} + dx M*N*{e} + weight N*{e} + mean M*4 + rstd M*4 + "
+                           f"dw N*{e} + db N*{e}")
+    residual = traffic.traffic("bwd", dtype, M, N, True, "layernorm")
+    assert residual.bytes == bwd.bytes + M * N * e and residual.formula.endswith(f"dresidual_out M*N*{e}")
+
+
+@pytest.mark.parametrize("dtype,e", [("bf16", 2), ("fp16", 2), ("fp32", 4)])
+def test_fused_add_bytes(dtype, e):
+    """x and residual read, both overwritten, weight (and bias) read: the out-of-place forward's bytes."""
+    M, N = 128, 8192
+    rms = traffic.traffic("fwd", dtype, M, N, True, "fused_add_rmsnorm")
+    assert rms.bytes == 4 * M * N * e + N * e
+    assert rms.formula == f"x M*N*{e} + residual M*N*{e} + out M*N*{e} + residual_out M*N*{e} + weight N*{e}"
+    assert rms.bytes == traffic.traffic("fwd", dtype, M, N, True).bytes
+    ln = traffic.traffic("fwd", dtype, M, N, True, "fused_add_layernorm")
+    assert ln.bytes == rms.bytes + N * e and ln.formula.endswith(f"weight N*{e} + bias N*{e}")
+    assert ln.bytes == traffic.traffic("fwd", dtype, M, N, True, "layernorm").bytes
+
+
 def test_bytes_of_an_unknown_direction_name_it():
     with pytest.raises(ValueError, match="direction"):
         traffic.traffic("sideways", "bf16", 1, 1, False)
+    with pytest.raises(ValueError, match="direction"):
+        traffic.traffic("sideways", "bf16", 1, 1, False, "layernorm")
+    with pytest.raises(ValueError, match="forward only"):
+        traffic.traffic("bwd", "bf16", 1, 1, True, "fused_add_rmsnorm")
+    with pytest.raises(ValueError, match="op"):
+        traffic.traffic("fwd", "bf16", 1, 1, False, "groupnorm")
 
 
 # ---------------------------------------------------------------------------
