@@ -8,7 +8,8 @@
 #    Liger-Kernel, FlashInfer and what they need), into /tmp/site, first on PYTHONPATH;
 # 3. runs `python -m normkit bench <flags> --out $OUT`.
 # What lands in $OUT (the device tool brings back at most 8 files): bench.json,
-# bench.png and bench.log (build, wheel install and the benchmark's output).
+# bench.png (bench-<op>.png per other --op: at most four plots) and bench.log (build,
+# wheel install and the benchmark's output).
 #
 # Time: the device tool stops a command at 600 s. The benchmark is sent SIGINT when
 # NORMKIT_BENCH_BUDGET_S (default 570) runs out; bench.json is rewritten after every shape, so

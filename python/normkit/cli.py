@@ -411,15 +411,17 @@ def _build_parser():
     _cli_precompile.add_parser(commands, argparse.RawDescriptionHelpFormatter)
 
     bench = commands.add_parser(
-        "bench", help="benchmark RMSNorm against a device copy and the peers (JSON + plot)",
-        description="Benchmark RMSNorm (DESIGN section 4): GB/s of forward and backward, with and without a "
-                    "residual, against a device copy of the same bytes timed in the same run and against the peers "
-                    "that are importable (PyTorch eager F.rms_norm, torch.compile of the reference, quack, "
-                    "Liger-Kernel, FlashInfer), each checked against an fp32 reference and normkit before it is "
-                    "timed; decode shapes by CUDA-graph replay; host time per call at M=1, N=4096. Prints a table "
-                    "and writes bench.json (schema: normkit/bench/schema.json) and bench.png to --out. Without a "
-                    "GPU it benchmarks normkit's CPU fallback against PyTorch CPU and says so. Exit status 1 if a "
-                    "normkit row failed its check; a failing peer is a result, not an error.")
+        "bench", help="benchmark RMSNorm (--op: LayerNorm, fused adds) against a device copy and the peers "
+                      "(JSON + plot)",
+        description="Benchmark RMSNorm (DESIGN section 4), and with --op LayerNorm and the in-place fused adds "
+                    "(forward only): GB/s of forward and backward, with and without a residual, against a device "
+                    "copy of the same bytes timed in the same run and against the peers that are importable "
+                    "(PyTorch eager, torch.compile of the reference, quack, Liger-Kernel, FlashInfer), each checked "
+                    "against an fp32 reference and normkit before it is timed; decode shapes by CUDA-graph replay; "
+                    "host time per call at M=1, N=4096. Prints a table and writes bench.json (schema: "
+                    "normkit/bench/schema.json) and bench.png (bench-<op>.png for the other operators) to --out. "
+                    "Without a GPU it benchmarks normkit's CPU fallback against PyTorch CPU and says so. Exit "
+                    "status 1 if a normkit row failed its check; a failing peer is a result, not an error.")
     bench_options.add_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
     return parser

@@ -10,6 +10,8 @@ be narrowed or widened one flag at a time.
 import dataclasses
 import re
 
+OPS = ("rmsnorm", "layernorm", "fused_add_rmsnorm", "fused_add_layernorm")
+FUSED_ADD_OPS = ("fused_add_rmsnorm", "fused_add_layernorm")  # forward only, in place, always with a residual
 DTYPES = ("bf16", "fp16", "fp32")
 DIRECTIONS = ("fwd", "bwd")
 RESIDUAL_CHOICES = ("with", "without", "both")
@@ -33,15 +35,17 @@ DEFAULTS = {
 }
 
 HELP = """\
-  normkit bench [--quick] [--out DIR] [--device auto|cuda|cpu] [--dtypes DT[,DT...]]
-                [--n N[,N...]|none] [--elements E] [--decode-shapes MxN[,MxN...]|none]
-                [--directions fwd,bwd] [--residual with|without|both] [--peers P[,P...]|all|none]
+  normkit bench [--quick] [--out DIR] [--device auto|cuda|cpu] [--op OP[,OP...]|all]
+                [--dtypes DT[,DT...]] [--n N[,N...]|none] [--elements E]
+                [--decode-shapes MxN[,MxN...]|none] [--directions fwd,bwd]
+                [--residual with|without|both] [--peers P[,P...]|all|none]
                 [--reps R] [--warmup W] [--host-calls C] [--no-plot]
-      Benchmark RMSNorm against a device copy of the same bytes and the peers found
-      (PyTorch eager, torch.compile, quack, Liger-Kernel, FlashInfer): GB/s, ratio to
-      the copy, speed-up over each peer, decode latency by CUDA-graph replay and host
-      overhead per call; writes bench.json and bench.png to --out. Without a GPU it
-      benchmarks the CPU fallback against PyTorch CPU. See `normkit bench --help`.
+      Benchmark RMSNorm (and with --op LayerNorm and the in-place fused adds) against a
+      device copy of the same bytes and the peers found (PyTorch eager, torch.compile,
+      quack, Liger-Kernel, FlashInfer): GB/s, ratio to the copy, speed-up over each peer,
+      decode latency by CUDA-graph replay and host overhead per call; writes bench.json
+      and bench.png (bench-<op>.png per other op) to --out. Without a GPU it benchmarks
+      the CPU fallback against PyTorch CPU. See `normkit bench --help`.
 """
 
 
@@ -54,6 +58,7 @@ class Options:
     quick: bool
     out: str
     device: str
+    ops: tuple  # in OPS order
     dtypes: tuple
     n: tuple
     elements: int  # None: the mode's default (GPU_ELEMENTS or CPU_ELEMENTS)
@@ -72,7 +77,7 @@ class Options:
         d = dataclasses.asdict(self)
         d["decode_shapes"] = [f"{m}x{n}" for m, n in self.decode_shapes]
         d["residual"] = ["with" if r else "without" for r in self.residual]
-        for key in ("dtypes", "n", "directions", "peers"):
+        for key in ("ops", "dtypes", "n", "directions", "peers"):
             d[key] = list(d[key])
         return d
 
@@ -82,10 +87,15 @@ def add_arguments(p):
                    help="a small subset for a first look: bf16, N=1024,16384, decode 1x4096, fwd and bwd, with and "
                         "without residual, 10 reps, 3 host-overhead rounds (each flag below still overrides it)")
     p.add_argument("--out", default="bench-out", metavar="DIR",
-                   help="output folder for bench.json and bench.png (default: bench-out)")
+                   help="output folder for bench.json and the plots: bench.png (rmsnorm), bench-<op>.png (the other "
+                        "operators) (default: bench-out)")
     p.add_argument("--device", default="auto", metavar="DEV",
                    help="cuda, cpu or auto: the GPU when PyTorch sees one, else the CPU fallback against PyTorch CPU "
                         "(default: auto)")
+    p.add_argument("--op", default="rmsnorm", metavar="OP[,OP...]",
+                   help="operators: rmsnorm, layernorm (weight and bias), fused_add_rmsnorm, fused_add_layernorm "
+                        "(in place, forward only, always with a residual: they run when fwd is in --directions, "
+                        "whatever --residual says), or all (default: rmsnorm)")
     p.add_argument("--dtypes", metavar="DT[,DT...]",
                    help="activation (and weight) dtypes: bf16, fp16, fp32 (default: bf16,fp32; quick: bf16)")
     p.add_argument("--n", metavar="N[,N...]",
@@ -114,7 +124,7 @@ def add_arguments(p):
     p.add_argument("--host-calls", type=int, default=HOST_CALLS, metavar="C",
                    help="calls per round of the host-overhead measurement (M=1, N=4096 bf16, no grad); 0 skips it "
                         f"(default: {HOST_CALLS})")
-    p.add_argument("--no-plot", action="store_true", help="do not write bench.png")
+    p.add_argument("--no-plot", action="store_true", help="do not write the plots (bench.png, bench-<op>.png)")
 
 
 def _split(text):
@@ -180,6 +190,17 @@ def _peers(text):
     return tuple(p for p in PEERS if p in values), False
 
 
+def _ops(text):
+    values = _split(text)
+    if values == ["all"]:
+        return OPS
+    unknown = [v for v in values if v not in OPS]
+    if unknown or not values:
+        what = f"unknown operator {unknown[0]!r}" if unknown else "empty"
+        raise BenchUsageError(f"--op: {what} (expected any of {', '.join(OPS)}, or all)")
+    return tuple(op for op in OPS if op in values)
+
+
 def _count(value, flag, minimum):
     if value < minimum:
         raise BenchUsageError(f"{flag}: {value} is below the minimum of {minimum}")
@@ -197,6 +218,11 @@ def from_args(args):
     if args.residual not in RESIDUAL_CHOICES:
         raise BenchUsageError(f"--residual: unknown value {args.residual!r} (expected {', '.join(RESIDUAL_CHOICES)})")
     residual = {"with": (True,), "without": (False,), "both": (False, True)}[args.residual]
+    ops = _ops(args.op)
+    directions = _choices(args.directions, DIRECTIONS, "--directions")
+    if all(op in FUSED_ADD_OPS for op in ops) and "fwd" not in directions:
+        raise BenchUsageError(f"--op: {', '.join(ops)} {'has' if len(ops) == 1 else 'have'} no backward, and "
+                              "--directions has no fwd: there is nothing to run")
     peers, peers_all = _peers(args.peers)
     n = _n_list(args.n) if args.n is not None else pick("n")
     decode = _decode_shapes(args.decode_shapes) if args.decode_shapes is not None else pick("decode_shapes")
@@ -206,11 +232,12 @@ def from_args(args):
         quick=args.quick,
         out=args.out,
         device=args.device,
+        ops=ops,
         dtypes=_choices(args.dtypes, DTYPES, "--dtypes") if args.dtypes is not None else pick("dtypes"),
         n=n,
         elements=_positive_int(args.elements, "--elements") if args.elements is not None else None,
         decode_shapes=decode,
-        directions=_choices(args.directions, DIRECTIONS, "--directions"),
+        directions=directions,
         residual=residual,
         peers=peers,
         peers_all=peers_all,

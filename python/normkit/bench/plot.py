@@ -1,6 +1,7 @@
 """bench.png: GB/s against N per implementation, one panel per (dtype, direction,
 residual), with the per-shape copy (what the ratios use) and the large reference
-copy drawn as ceilings.
+copy drawn as ceilings. One figure per operator: bench.png for RMSNorm (as
+before --op existed), bench-<op>.png for the others.
 
 matplotlib is optional (a dev requirement, not a dependency of normkit): without
 it the plot is skipped with a warning and the JSON is the result. The figure is
@@ -10,18 +11,24 @@ left alone.
 
 import math
 
+TITLES = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", "fused_add_rmsnorm": "fused_add_rmsnorm (in place)",
+          "fused_add_layernorm": "fused_add_layernorm (in place)"}
 STYLE = {"normkit": dict(color="black", linewidth=2.2, marker="o"), "copy": dict(color="gray", linestyle="--"),
          "reference": dict(color="gray", linestyle=":", linewidth=1)}
 
 
-def write_plot(doc, path):
-    """Writes the plot; returns None, or why there is none."""
+def file_name(op):
+    return "bench.png" if op == "rmsnorm" else f"bench-{op}.png"
+
+
+def write_plot(doc, path, op="rmsnorm"):
+    """Writes the plot of one operator's rows; returns None, or why there is none."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as e:
         return f"matplotlib is not installed ({e}); pip install matplotlib"
-    rows = [r for r in doc["rows"] if r["kind"] == "sweep"]
+    rows = [r for r in doc["rows"] if r["kind"] == "sweep" and r["op"] == op]
     panels = {}
     for r in rows:
         panels.setdefault((r["dtype"], r["direction"], r["residual"]), []).append(r)
@@ -32,7 +39,7 @@ def write_plot(doc, path):
     fig = Figure(figsize=(4.2 * cols, 3.4 * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     meta = doc["meta"]
-    fig.suptitle(f"RMSNorm, {meta['device']['name']}, M*N = {meta['sweep_elements']}, commit "
+    fig.suptitle(f"{TITLES.get(op, op)}, {meta['device']['name']}, M*N = {meta['sweep_elements']}, commit "
                  f"{(meta['commit'] or 'unknown')[:12]}, {meta['date_utc']}", fontsize=9)
     for i, ((dtype, direction, residual), group) in enumerate(panels.items()):
         ax = fig.add_subplot(nrows, cols, i + 1)

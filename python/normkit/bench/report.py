@@ -3,7 +3,7 @@
 Rows are printed as they are measured (a sweep takes minutes, and a failing peer
 should be visible when it fails, not at the end), under a progress bar that
 disappears when the run ends; the summary then condenses the rows per panel of
-the plot (dtype x direction x residual). Output goes through rich with markup
+the plots (per operator: dtype x direction x residual). Output goes through rich with markup
 off: reasons quote error messages, whose [brackets] rich would eat as styles.
 The JSON is written atomically because it is rewritten after every case.
 """
@@ -20,8 +20,11 @@ from rich.text import Text
 
 # (header, width, align) of the live rows: 80 columns, a terminal's default and what a
 # non-terminal gets from rich. speedup is normkit's over the row's peer (peer time / normkit time).
-COLUMNS = (("op", 7, "<"), ("dir", 3, "<"), ("dtype", 5, "<"), ("M", 7, ">"), ("N", 6, ">"), ("res", 3, "<"),
-           ("impl", 10, "<"), ("us/call", 9, ">"), ("GB/s", 7, ">"), ("x copy", 6, ">"), ("speedup", 7, ">"))
+COLUMNS = (("op", 9, "<"), ("dir", 3, "<"), ("dtype", 5, "<"), ("M", 6, ">"), ("N", 6, ">"), ("res", 3, "<"),
+           ("impl", 10, "<"), ("us/call", 8, ">"), ("GB/s", 7, ">"), ("x copy", 6, ">"), ("speedup", 7, ">"))
+# The operators as the live rows and the tables name them (the JSON has the full names).
+SHORT_OP = {"rmsnorm": "rmsnorm", "layernorm": "layernorm", "fused_add_rmsnorm": "add+rms",
+            "fused_add_layernorm": "add+ln"}
 
 
 class Output:
@@ -42,8 +45,8 @@ def _num(value, fmt):
 
 
 def format_row(row):
-    head = [row["op"], row["direction"], row["dtype"], row["M"], row["N"], "yes" if row["residual"] else "no",
-            row["impl"]]
+    head = [SHORT_OP.get(row["op"], row["op"]), row["direction"], row["dtype"], row["M"], row["N"],
+            "yes" if row["residual"] else "no", row["impl"]]
     if row["status"] != "ok":
         return _cells(head) + f" {row['status']}: {row['reason']}"
     return _cells(head + [_num(row["us"], ".2f"), _num(row["gbps"], ".1f"), _num(row["ratio_to_copy"], ".3f"),
@@ -106,29 +109,34 @@ def _impls(doc):
     return [name for name, info in doc["meta"]["implementations"].items() if info["status"] == "available"]
 
 
-def _bandwidth_table(doc):
+def _bandwidth_tables(doc):
+    """One table per operator (an op column would not fit 80 columns)."""
     rows = [r for r in doc["rows"] if r["kind"] == "sweep"]
     peers = [p for p in _impls(doc) if p != "normkit"]
-    table = Table(title="sweep: normkit x copy, and normkit's speed-up over each peer (peer time / normkit time)",
-                  title_justify="left")
-    for name in ["dtype", "dir", "res", "N", "normkit x copy", "normkit GB/s"] + [f"vs {p}" for p in peers]:
-        table.add_column(name)
-    groups = {}
+    by_op = {}
     for r in rows:
-        groups.setdefault((r["dtype"], r["direction"], r["residual"]), []).append(r)
-    for (dtype, direction, residual), group in groups.items():
-        nk = [r for r in group if r["impl"] == "normkit" and r["status"] == "ok"]
-        ns = sorted({r["N"] for r in group})
-        cells = [dtype, direction, "yes" if residual else "no", f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]),
-                 _span([r["ratio_to_copy"] for r in nk], ".3f"), _span([r["gbps"] for r in nk], ".0f")]
-        for p in peers:
-            mine = [r for r in group if r["impl"] == p]
-            speedups = [r["normkit_speedup"] for r in mine if r["normkit_speedup"] is not None]
-            failed = sum(r["status"] == "failed" for r in mine)
-            text = _span(speedups, ".2f", "x") if mine and mine[0]["status"] != "unsupported" else "n/a"
-            cells.append(text + (f", {failed} failed" if failed else ""))
-        table.add_row(*(Text(c) for c in cells))
-    return table if groups else None
+        by_op.setdefault(r["op"], {}).setdefault((r["dtype"], r["direction"], r["residual"]), []).append(r)
+    tables = []
+    for op, groups in by_op.items():
+        table = Table(title=f"sweep, {op}: normkit x copy, and normkit's speed-up over each peer (peer time / "
+                            "normkit time)", title_justify="left")
+        for name in ["dtype", "dir", "res", "N", "normkit x copy", "normkit GB/s"] + [f"vs {p}" for p in peers]:
+            table.add_column(name)
+        for (dtype, direction, residual), group in groups.items():
+            nk = [r for r in group if r["impl"] == "normkit" and r["status"] == "ok"]
+            ns = sorted({r["N"] for r in group})
+            cells = [dtype, direction, "yes" if residual else "no",
+                     f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]),
+                     _span([r["ratio_to_copy"] for r in nk], ".3f"), _span([r["gbps"] for r in nk], ".0f")]
+            for p in peers:
+                mine = [r for r in group if r["impl"] == p]
+                speedups = [r["normkit_speedup"] for r in mine if r["normkit_speedup"] is not None]
+                failed = sum(r["status"] == "failed" for r in mine)
+                text = _span(speedups, ".2f", "x") if mine and mine[0]["status"] != "unsupported" else "n/a"
+                cells.append(text + (f", {failed} failed" if failed else ""))
+            table.add_row(*(Text(c) for c in cells))
+        tables.append(table)
+    return tables
 
 
 def _latency_table(doc):
@@ -136,18 +144,19 @@ def _latency_table(doc):
         return None
     names = _impls(doc)
     table = Table(title=f"decode latency, us per call ({doc['latency'][0]['method']})", title_justify="left")
-    for name in ["dtype", "dir", "res", "M", "N", "copy"] + names:
+    for name in ["op", "dtype", "dir", "res", "M", "N", "copy"] + names:
         table.add_column(name, justify="right")
     for e in doc["latency"]:
-        table.add_row(*(Text(c) for c in [e["dtype"], e["direction"], "yes" if e["residual"] else "no", str(e["M"]),
-                                          str(e["N"]), f"{e['copy_us']:.2f}"]
-                        + [_num(e["us"].get(n), ".2f") for n in names]))
+        op = e.get("op", "rmsnorm")
+        cells = [SHORT_OP.get(op, op), e["dtype"], e["direction"], "yes" if e["residual"] else "no", str(e["M"]),
+                 str(e["N"]), f"{e['copy_us']:.2f}"] + [_num(e["us"].get(n), ".2f") for n in names]
+        table.add_row(*(Text(c) for c in cells))
     return table
 
 
 def summary(output, doc, written):
     console = output.console
-    for table in (_bandwidth_table(doc), _latency_table(doc)):
+    for table in (*_bandwidth_tables(doc), _latency_table(doc)):
         if table is not None:
             console.print(table)
     if doc["host_overhead"]:

@@ -7,7 +7,11 @@ Order matters for what the numbers mean, so it is fixed here:
 2. per case, the per-shape copy is timed in the same way (same rotation, same
    method) as the kernels it is compared with;
 3. per implementation, the first call (which JIT-compiles) is the checked call and
-   is never timed; a failure or a disagreement becomes that row's status.
+   is never timed; a failure or a disagreement becomes that row's status. The
+   in-place fused adds overwrite their inputs, so their checked call runs on a fresh
+   copy of input set 0 taken before any implementation ran (`pristine`), then one
+   untimed call on the sets, whose values then drift from call to call (never
+   re-initialized inside the timed region).
 The JSON is rewritten after every case (meta.complete stays false until the end),
 so a run stopped by a time limit still leaves every finished row on disk.
 """
@@ -35,6 +39,7 @@ class Inputs:
     r: object  # None without residual
     dout: object  # None in forward
     dres: object  # None in forward or without residual
+    b: object = None  # the bias: LayerNorm and fused_add_layernorm only
 
 
 def _first_line(error):
@@ -48,6 +53,8 @@ def make_sets(torch, case, device, cache_bytes, gen):
     dtype = getattr(torch, DTYPES[case.dtype])
     element = torch.empty((), dtype=dtype).element_size()
     roles = [("x", (case.M, case.N)), ("w", (case.N,))]
+    if case.has_bias:
+        roles.append(("b", (case.N,)))
     if case.residual:
         roles.append(("r", (case.M, case.N)))
     if case.direction == "bwd":
@@ -62,13 +69,21 @@ def make_sets(torch, case, device, cache_bytes, gen):
         buf = torch.empty(count * strides[name], dtype=dtype, device=device)
         if name == "w":
             buf.uniform_(0.5, 1.5, generator=gen)
+        elif name == "b":
+            buf.uniform_(-0.5, 0.5, generator=gen)
         else:
             buf.normal_(generator=gen)
         per = math.prod(shape)
         views[name] = [buf[i * strides[name]:i * strides[name] + per].view(shape) for i in range(count)]
-    return [Inputs(views["x"][i], views["w"][i], views.get("r", [None] * count)[i],
-                   views.get("dout", [None] * count)[i], views.get("dres", [None] * count)[i])
+    none = [None] * count
+    return [Inputs(views["x"][i], views["w"][i], views.get("r", none)[i], views.get("dout", none)[i],
+                   views.get("dres", none)[i], views.get("b", none)[i])
             for i in range(count)]
+
+
+def fresh_copy(inputs):
+    """Input set with its own x and residual (what the in-place fused adds overwrite); the rest shared."""
+    return dataclasses.replace(inputs, x=inputs.x.clone(), r=None if inputs.r is None else inputs.r.clone())
 
 
 def _mode(torch, opts):
@@ -85,11 +100,13 @@ def _mode(torch, opts):
 def load_impls(torch, opts, gpu):
     """(implementations to run, normkit first; the `implementations` meta of every one)."""
     normkit = impls.Normkit(torch)
-    info = {"normkit": {"status": "available", "why": None, "version": normkit.load(), "timed": normkit.timed}}
+    info = {"normkit": {"status": "available", "why": None, "version": normkit.load(), "timed": normkit.timed,
+                        "timed_by_op": normkit.timed_by_op()}}
     run = [normkit]
     for name in PEERS:
         impl = impls.BY_NAME[name](torch)
-        entry = {"status": "available", "why": None, "version": None, "timed": impl.timed}
+        entry = {"status": "available", "why": None, "version": None, "timed": impl.timed,
+                 "timed_by_op": impl.timed_by_op()}
         info[name] = entry
         if name not in opts.peers:
             entry.update(status="not requested", why="not in --peers")
@@ -139,13 +156,13 @@ class Bench:
     def _run_case(self, case, implementations):
         torch = self.torch
         decode = case.kind == shapes.DECODE
-        t = traffic.traffic(case.direction, case.dtype, case.M, case.N, case.residual)
+        t = traffic.traffic(case.direction, case.dtype, case.M, case.N, case.residual, case.op)
         self.live.status(f"{case.label}: inputs and copy")
         sets = make_sets(torch, case, self.device, self.cache_bytes, self.gen)
         fns, copy_bytes = timing.copy_fns(torch, t.bytes, self.device, self.cache_bytes)
         copy = timing.summarize(self.timer.measure(fns, decode)[0])
         del fns
-        base = {"op": shapes.OP, "direction": case.direction, "dtype": case.dtype, "M": case.M, "N": case.N,
+        base = {"op": case.op, "direction": case.direction, "dtype": case.dtype, "M": case.M, "N": case.N,
                 "residual": case.residual, "kind": case.kind, "bytes": t.bytes, "bytes_formula": t.formula,
                 "input_sets": len(sets), "copy_us": copy["us"], "copy_gbps": copy_bytes / copy["us"] / 1e3}
         rows = []
@@ -155,9 +172,12 @@ class Bench:
                 ref, ref_error = check.reference(torch, case, sets[0], impls.EPS), None
             except Exception as e:  # without a reference nothing can be checked, so nothing is timed
                 ref, ref_error = None, f"fp32 reference failed: {_first_line(e)}"
+            # The fused adds overwrite the sets as they are timed: each implementation is checked on its
+            # own fresh copy of set 0, as it was before anything ran.
+            self.pristine = fresh_copy(sets[0]) if case.fused_add else None
             self.normkit_outputs = None
             for impl in implementations:
-                row = dict(base, impl=impl.name, status="ok", reason=None, timed=impl.timed.get(case.direction),
+                row = dict(base, impl=impl.name, status="ok", reason=None, timed=impl.describe(case),
                            method=None, calls_per_sample=None, us=None, us_min=None, us_p20=None, us_p80=None,
                            reps=None, gbps=None, ratio_to_copy=None, normkit_speedup=None, setup_s=None, check=None)
                 why = impl.unsupported(case)
@@ -173,7 +193,7 @@ class Bench:
                 rows.append(row)
                 self.live.row(row)
         del sets, ref
-        self.normkit_outputs = None
+        self.normkit_outputs = self.pristine = None
         if self.gpu:
             torch.cuda.empty_cache()
         return rows
@@ -182,8 +202,14 @@ class Bench:
         fns = outputs = None
         try:
             start = time.perf_counter()
-            fns = impl.prepare(case, sets)
-            outputs = fns[0]()  # compiles on first use: checked, never timed
+            if case.fused_add:
+                # In place: checked on a fresh copy (compiling on first use), then timed on the sets.
+                outputs = impl.prepare(case, [fresh_copy(self.pristine)])[0]()
+                fns = impl.prepare(case, sets)
+                fns[0]()  # untimed: a recompile for the sets' layout (views at offsets) would happen here
+            else:
+                fns = impl.prepare(case, sets)
+                outputs = fns[0]()  # compiles on first use: checked, never timed
             self.sync()
             row["setup_s"] = time.perf_counter() - start
             is_normkit = impl.name == "normkit"
@@ -250,8 +276,8 @@ def latency(rows):
     for row in rows:
         if row["kind"] != shapes.DECODE:
             continue
-        key = (row["dtype"], row["direction"], row["residual"], row["M"], row["N"])
-        entry = entries.setdefault(key, {"dtype": row["dtype"], "direction": row["direction"],
+        key = (row["op"], row["dtype"], row["direction"], row["residual"], row["M"], row["N"])
+        entry = entries.setdefault(key, {"op": row["op"], "dtype": row["dtype"], "direction": row["direction"],
                                          "residual": row["residual"], "M": row["M"], "N": row["N"],
                                          "method": None, "copy_us": row["copy_us"], "us": {}})
         entry["us"][row["impl"]] = row["us"]
@@ -318,12 +344,14 @@ def run(opts, argv):
     report.write_json(doc, json_path)
     written = [json_path]
     if opts.plot:
-        png = os.path.join(opts.out, "bench.png")
-        problem = plot.write_plot(doc, png)
-        if problem:
-            console.line(f"warning: no plot: {problem}")
-        else:
-            written.append(png)
+        # One figure per operator (at most four files: the GPU machine brings back eight).
+        for op in opts.ops:
+            png = os.path.join(opts.out, plot.file_name(op))
+            problem = plot.write_plot(doc, png, op)
+            if problem:
+                console.line(f"warning: no plot{'' if op == shapes.OP else ' for ' + op}: {problem}")
+            else:
+                written.append(png)
     report.summary(console, doc, written)
     if interrupted:
         return 130

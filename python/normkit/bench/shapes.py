@@ -10,9 +10,9 @@ host's launch overhead.
 
 import dataclasses
 
-from .options import CPU_ELEMENTS, GPU_ELEMENTS, BenchUsageError
+from .options import CPU_ELEMENTS, FUSED_ADD_OPS, GPU_ELEMENTS, BenchUsageError
 
-OP = "rmsnorm"
+OP = "rmsnorm"  # the default operator (and the only one of schema_version 1 files written before --op)
 SWEEP = "sweep"
 DECODE = "decode"
 
@@ -25,10 +25,20 @@ class Case:
     M: int
     N: int
     kind: str  # SWEEP or DECODE
+    op: str = OP
+
+    @property
+    def fused_add(self):
+        """In place (x and residual overwritten): the inputs drift across calls."""
+        return self.op in FUSED_ADD_OPS
+
+    @property
+    def has_bias(self):
+        return self.op in ("layernorm", "fused_add_layernorm")
 
     @property
     def label(self):
-        return (f"{self.direction} {self.dtype} {self.M}x{self.N}"
+        return (f"{self.op} {self.direction} {self.dtype} {self.M}x{self.N}"
                 f"{' +residual' if self.residual else ''}{' (decode)' if self.kind == DECODE else ''}")
 
 
@@ -36,20 +46,27 @@ def sweep_elements(opts, gpu):
     return opts.elements or (GPU_ELEMENTS if gpu else CPU_ELEMENTS)
 
 
+def _variants(opts, op):
+    """(direction, residual) pairs of an operator: the fused adds are forward only and always add a residual."""
+    if op in FUSED_ADD_OPS:
+        return [("fwd", True)] if "fwd" in opts.directions else []
+    return [(direction, residual) for direction in opts.directions for residual in opts.residual]
+
+
 def cases(opts, gpu):
-    """Sweep cases first (grouped as the plot's panels are), then decode cases."""
+    """Sweep cases first (per operator, grouped as the plot's panels are), then decode cases."""
     elements = sweep_elements(opts, gpu)
     too_small = [n for n in opts.n if n > elements]
     if too_small:
         raise BenchUsageError(f"--elements: {elements} is smaller than N={too_small[0]} (M = elements / N "
                               "would be 0)")
     out = []
-    for dtype in opts.dtypes:
-        for direction in opts.directions:
-            for residual in opts.residual:
-                out.extend(Case(dtype, direction, residual, elements // n, n, SWEEP) for n in opts.n)
-    for dtype in opts.dtypes:
-        for direction in opts.directions:
-            for residual in opts.residual:
-                out.extend(Case(dtype, direction, residual, m, n, DECODE) for m, n in opts.decode_shapes)
+    for op in opts.ops:
+        for dtype in opts.dtypes:
+            for direction, residual in _variants(opts, op):
+                out.extend(Case(dtype, direction, residual, elements // n, n, SWEEP, op) for n in opts.n)
+    for op in opts.ops:
+        for dtype in opts.dtypes:
+            for direction, residual in _variants(opts, op):
+                out.extend(Case(dtype, direction, residual, m, n, DECODE, op) for m, n in opts.decode_shapes)
     return out
