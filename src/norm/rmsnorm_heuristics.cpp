@@ -89,6 +89,10 @@ constexpr int kSplitBlocks = 2;
 // four) keep loads in flight while others wait; the wait needs CHUNKS CTAs
 // resident at once, which the dispatcher checks against the device (fit_to_device).
 constexpr int kSyncedBlocks = 3;
+// LayerNorm's synced kernel (two chunk sums) spilled 4 bytes under the 80
+// registers of three CTAs per SM (bf16 N=131072, sm_90a): two CTAs per SM for it.
+// Not yet measured against three on a GPU.
+constexpr int kSyncedBlocksCentered = 2;
 
 void plan_split(const RowPlanInputs& in, RowPlan& p) {
   p.split = true;
@@ -252,7 +256,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
-  if (p.split) p.min_blocks = p.synced ? kSyncedBlocks : kSplitBlocks;
+  if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   if (p.stash) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   return p;
 }

@@ -47,6 +47,8 @@ struct RowPlanInputs {
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
   // the host's: a plan with fewer launches beats one with more bandwidth there.
   bool few_rows = false;
+  // LayerNorm (the kernels' CENTER): its synced kernel carries a second chunk sum.
+  bool center = false;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

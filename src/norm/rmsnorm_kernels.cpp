@@ -86,6 +86,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.param_grads = s.weight.has_value() || s.dbias.has_value();
   in.arch = arch;
   in.few_rows = s.few_rows;
+  in.center = s.center;
   return plan_rows(in);
 }
 

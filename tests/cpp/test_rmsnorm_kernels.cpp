@@ -185,6 +185,27 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
   }
 }
 
+// LayerNorm's synced kernel carries two chunk sums: two CTAs per SM (three
+// spilled), and the device check that keeps its wait safe uses that count.
+TEST(RmsNormPlan, CenteredSyncedPlanTakesTwoCtasPerSm) {
+  RowPlanInputs in;
+  in.n = 131072;
+  in.max_vec = 8;
+  in.x_bytes = 2;
+  in.dout_bytes = 2;
+  in.backward = true;
+  in.arch = 90;
+  const RowPlan rms = plan_rows(in);
+  in.center = true;
+  const RowPlan ln = plan_rows(in);
+  ASSERT_TRUE(rms.synced && ln.synced) << rms.str() << " / " << ln.str();
+  EXPECT_EQ(rms.min_blocks, 3);
+  EXPECT_EQ(ln.min_blocks, 2);
+  const std::int64_t chunks = split_chunks(in.n, ln);
+  EXPECT_TRUE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2)).synced);
+  EXPECT_FALSE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2) - 1).synced);
+}
+
 TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
@@ -267,7 +288,7 @@ INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm
 TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
   int kernels = 0;
   for (const std::string target : {"sm_90a", "sm_80"}) {
-    for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 262144}) {
+    for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 131072, 262144}) {
       for (DType x : {bf16, f32}) {
         RmsFwdSpec f;
         f.plan = plan(n, x, false, false, target);
