@@ -13,12 +13,12 @@ import sys
 from normkit import _C
 from normkit._C import NormkitError
 
-OPS = ("rmsnorm",)
+OPS = ("rmsnorm", "layernorm")
 FEATURES = ("residual", "prenorm", "bias", "rstd")
 DIRECTIONS = ("fwd", "bwd")
 
 HELP = """\
-  normkit precompile --arch ARCH[,ARCH...] --n N[,N...] [--op rmsnorm] [--dtype DT[,DT...]]
+  normkit precompile --arch ARCH[,ARCH...] --n N[,N...] [--op OP[,OP...]|all] [--dtype DT[,DT...]]
                      [--weight-dtype DT|none] [--out-dtype DT] [--residual-dtype DT]
                      [--features F[,F...]] [--direction fwd,bwd] [--json]
       Compile (or find in the disk cache) the kernels for an explicit target, without
@@ -28,13 +28,15 @@ HELP = """\
       --arch       compile target(s): sm_80, sm_90a, sm_100a, ... (default: NORMKIT_ARCH;
                    there is no other default)
       --n          hidden sizes (elements per row), e.g. 4096,8192
-      --op         operator: rmsnorm (default)
+      --op         operators: rmsnorm, layernorm (the same kernels centred), or all
+                   (default: rmsnorm)
       --dtype      activation dtype(s) x: fp16, bf16, fp32 (default bf16)
       --weight-dtype  weight (and bias) dtype, or none (default: --dtype)
       --out-dtype  output dtype (default: --dtype)
       --residual-dtype  dtype of residual and residual_out (default: --dtype)
       --features   any of residual (fused residual add), prenorm (residual_out returned),
-                   bias, rstd (forward stores rstd; implied by --direction bwd)
+                   bias, rstd (forward stores rstd, and LayerNorm's mean; implied by
+                   --direction bwd)
       --direction  fwd, bwd or fwd,bwd (default fwd,bwd)
       --json       print the summary as JSON
 """
@@ -47,13 +49,14 @@ class UsageError(Exception):
 def add_parser(commands, formatter_class):
     p = commands.add_parser(
         "precompile", help="compile kernels into the disk cache for a target (no GPU needed)",
-        description="Compile (or find in the disk cache) the kernels an operator will use for an explicit "
+        description="Compile (or find in the disk cache) the kernels the operators (--op) will use for an explicit "
                     "target, without a GPU, so that a deployment can run with NORMKIT_RUN_ONLY=1. Exit status "
                     "1 if a kernel spills to local memory.",
         formatter_class=formatter_class)
     p.add_argument("--arch", help="comma-separated compile targets such as sm_80,sm_90a (default: NORMKIT_ARCH)")
     p.add_argument("--n", required=True, help="comma-separated hidden sizes N (elements per row), e.g. 4096,8192")
-    p.add_argument("--op", default="rmsnorm", help="operator: rmsnorm (default: rmsnorm)")
+    p.add_argument("--op", default="rmsnorm", metavar="OP[,OP...]",
+                   help="operators: rmsnorm, layernorm, or all (default: rmsnorm)")
     p.add_argument("--dtype", default="bf16", help="comma-separated activation dtypes: fp16, bf16, fp32 "
                                                    "(default: bf16)")
     p.add_argument("--weight-dtype", help="weight/bias dtype (fp16, bf16, fp32) or none (default: --dtype)")
@@ -61,7 +64,7 @@ def add_parser(commands, formatter_class):
     p.add_argument("--residual-dtype", help="dtype of residual and residual_out (default: --dtype)")
     p.add_argument("--features", default="",
                    help="comma-separated: residual (fused residual add), prenorm (residual_out returned), bias, "
-                        "rstd (forward stores rstd; implied by bwd) (default: none)")
+                        "rstd (forward stores rstd, and LayerNorm's mean; implied by bwd) (default: none)")
     p.add_argument("--direction", default="fwd,bwd", help="fwd, bwd or fwd,bwd (default: fwd,bwd)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -87,9 +90,19 @@ def _choices(text, valid, flag):
     return values
 
 
+def _ops(text):
+    values = _split(text)
+    if values == ["all"]:
+        return OPS
+    unknown = [v for v in values if v not in OPS]
+    if unknown or not values:
+        what = f"unknown operator {unknown[0]!r}" if unknown else "empty"
+        raise UsageError(f"--op: {what} (expected any of {', '.join(OPS)}, or all)")
+    return tuple(op for op in OPS if op in values)
+
+
 def _parse(args):
-    if args.op not in OPS:
-        raise UsageError(f"--op: unknown operator {args.op!r} (expected {', '.join(OPS)})")
+    ops = _ops(args.op)
     archs = _split(args.arch) or _split(os.environ.get("NORMKIT_ARCH", ""))
     if not archs:
         raise UsageError("--arch: give the compile target(s), e.g. --arch sm_90a (or set NORMKIT_ARCH); "
@@ -117,7 +130,7 @@ def _parse(args):
         weight = _dtype(weight, "--weight-dtype")
     out = _dtype(args.out_dtype, "--out-dtype") if args.out_dtype else None
     res = _dtype(args.residual_dtype, "--residual-dtype") if args.residual_dtype else None
-    return archs, sizes, dtypes, weight, out, res, features, directions
+    return ops, archs, sizes, dtypes, weight, out, res, features, directions
 
 
 def _check_nvrtc_targets(archs):
@@ -134,7 +147,10 @@ def _check_nvrtc_targets(archs):
 
 
 def variants(sizes, dtypes, weight, out_dtype, residual_dtype, features, directions):
-    """The kernel variants normkit.torch.rmsnorm requests for these settings (as _C keyword arguments)."""
+    """The kernel variants normkit.torch.rmsnorm requests for these settings (as _C keyword arguments).
+
+    normkit.torch.layernorm decides what it stores the same way (its mean with rstd),
+    so these are LayerNorm's variants too."""
     training = "bwd" in directions
     result = []
     for x in dtypes:
@@ -169,34 +185,39 @@ def _progress():
                     console=Console(stderr=True, markup=False, highlight=False))
 
 
+def _binding(op, what):
+    """_C.<op>_precompile, _precompile_count or _variant_describe: the same arguments for every op."""
+    return getattr(_C, f"{op}_{what}")
+
+
 def run(args, out):
     try:
-        archs, sizes, dtypes, weight, out_dtype, res_dtype, features, directions = _parse(args)
+        ops, archs, sizes, dtypes, weight, out_dtype, res_dtype, features, directions = _parse(args)
     except UsageError as e:
         return _usage(e)
-    jobs = [(arch, v) for arch in archs
+    jobs = [(op, arch, v) for op in ops for arch in archs
             for v in variants(sizes, dtypes, weight, out_dtype, res_dtype, features, directions)]
-    total = sum(_C.rmsnorm_precompile_count(arch, **v) for arch, v in jobs)
+    total = sum(_binding(op, "precompile_count")(arch, **v) for op, arch, v in jobs)
     rows, kernels = [], []
     progress = _progress()
     task = progress.add_task("precompile", total=total) if progress else None
     if progress:
         progress.start()
     try:
-        for arch, v in jobs:
-            what = f"{arch} {_C.rmsnorm_variant_describe(**v)}"
+        for op, arch, v in jobs:
+            what = f"{arch} {_binding(op, 'variant_describe')(**v)}"
             if progress:
-                progress.update(task, description=f"{arch} {'bwd' if v['backward'] else 'fwd'} n={v['n']}")
+                progress.update(task, description=f"{arch} {op} {'bwd' if v['backward'] else 'fwd'} n={v['n']}")
             callback = (lambda _k: progress.advance(task)) if progress else None
-            done = _C.rmsnorm_precompile(arch, **v, callback=callback)
+            done = _binding(op, "precompile")(arch, **v, callback=callback)
             for k in done:
-                k.update(arch=arch, variant=what)
+                k.update(op=op, arch=arch, variant=what)
             kernels.extend(done)
-            rows.append((arch, v, done))
+            rows.append((op, arch, v, done))
     finally:
         if progress:
             progress.stop()
-    return _summary(args, out, archs, rows, kernels)
+    return _summary(args, out, ops, archs, rows, kernels)
 
 
 def _short(v):
@@ -213,34 +234,35 @@ def _short(v):
     return " ".join(parts)
 
 
-def _variant_line(arch, v, done):
+def _variant_line(op, arch, v, done):
     compiled = sum(not k["from_cache"] for k in done)
     regs = max((k["registers"] for k in done), default=-1)
     spills = sum(k["spill_bytes"] > 0 for k in done)
     unknown = sum(k["spill_bytes"] < 0 for k in done)
     spill = f"{spills} spill" if spills else ("no spills" if not unknown else f"spills unknown ({unknown})")
     kernels = "1 kernel" if len(done) == 1 else f"{len(done)} kernels"
-    return (f"{arch} {_short(v)}: {kernels} ({compiled} compiled, {len(done) - compiled} cached), "
+    return (f"{arch} {op} {_short(v)}: {kernels} ({compiled} compiled, {len(done) - compiled} cached), "
             f"max {regs if regs >= 0 else '?'} registers, {spill}")
 
 
-def _summary(args, out, archs, rows, kernels):
+def _summary(args, out, ops, archs, rows, kernels):
     compiled = sum(not k["from_cache"] for k in kernels)
     cached = len(kernels) - compiled
     spilled = [k for k in kernels if k["spill_bytes"] > 0]
     unknown = [k for k in kernels if k["spill_bytes"] < 0]
     if args.json:
-        print(json.dumps({"archs": archs, "cache_dir": _C.cache_dir(), "kernels": kernels, "compiled": compiled,
-                          "cached": cached, "spilled": len(spilled), "spill_unknown": len(unknown)}, indent=2))
+        print(json.dumps({"ops": list(ops), "archs": archs, "cache_dir": _C.cache_dir(), "kernels": kernels,
+                          "compiled": compiled, "cached": cached, "spilled": len(spilled),
+                          "spill_unknown": len(unknown)}, indent=2))
     else:
-        for arch, v, done in rows:
-            out.line(_variant_line(arch, v, done))
+        for op, arch, v, done in rows:
+            out.line(_variant_line(op, arch, v, done))
         out.line(f"{len(kernels)} kernels for {', '.join(archs)} in {_C.cache_dir()}: "
                  f"{compiled} compiled, {cached} already cached")
         if spilled:
             out.line(f"spill check: FAIL, {len(spilled)} kernel(s) spill to local memory:")
             for k in spilled:
-                out.line(f"  {k['arch']} {k['template_args']}: {k['spill_bytes']} bytes")
+                out.line(f"  {k['arch']} {k['op']} {k['template_args']}: {k['spill_bytes']} bytes")
         elif unknown:
             out.line(f"spill check: no spills reported ({len(unknown)} kernel(s) had no ptxas report)")
         else:

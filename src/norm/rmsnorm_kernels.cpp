@@ -25,8 +25,8 @@ const char* device_type(std::optional<DType> t) {
     case DType::kBFloat16: return "nk::bf16";
     case DType::kFloat32: return "float";
     case DType::kFloat64:
-      // The CUDA entry points reject fp64 before planning; precompiling an fp64
-      // variant (C++ API) ends up here.
+      // The CUDA entry points and precompilation reject fp64 before planning,
+      // naming the argument; this only guards other callers of the generator.
       NK_THROW("rmsnorm kernels: there is no GPU kernel for fp64; float64 runs only on the CPU fallback "
                "(the GPU kernels take fp16, bf16 and fp32)");
   }

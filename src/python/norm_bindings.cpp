@@ -9,11 +9,14 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "normkit/norm/layernorm.hpp"
 #include "normkit/norm/rmsnorm.hpp"
@@ -210,13 +213,12 @@ std::optional<nn::DType> optional_dtype(const std::optional<std::string>& name, 
   return kernel_dtype_arg(name->c_str(), what);
 }
 
-nn::RmsNormVariant variant_arg(bool backward, std::int64_t n, const std::string& x,
-                               const std::optional<std::string>& weight, const std::optional<std::string>& bias,
-                               const std::optional<std::string>& residual,
-                               const std::optional<std::string>& residual_out,
-                               const std::optional<std::string>& out, const std::optional<std::string>& dout,
-                               bool store_rstd) {
-  nn::RmsNormVariant v;
+template <class Variant>
+Variant variant_arg(bool backward, std::int64_t n, const std::string& x, const std::optional<std::string>& weight,
+                    const std::optional<std::string>& bias, const std::optional<std::string>& residual,
+                    const std::optional<std::string>& residual_out, const std::optional<std::string>& out,
+                    const std::optional<std::string>& dout, bool store_rstd) {
+  Variant v;
   v.backward = backward;
   v.n = n;
   v.x = kernel_dtype_arg(x.c_str(), "x");
@@ -233,6 +235,103 @@ nn::RmsNormVariant variant_arg(bool backward, std::int64_t n, const std::string&
 // Thrown through the C++ precompile loop to stop it when the Python callback
 // raised; the Python exception itself is kept aside and restored afterwards.
 struct CallbackAborted {};
+
+template <class Variant>
+using PrecompileFn = std::vector<nn::PrecompiledKernel> (*)(const Variant&, const std::string&,
+                                                            const std::function<void(const nn::PrecompiledKernel&)>&);
+template <class Variant>
+using PrecompileCountFn = std::size_t (*)(const Variant&, const std::string&);
+
+// <op>_precompile, <op>_precompile_count and <op>_variant_describe of one norm
+// ("rmsnorm", "layernorm"): the same arguments and results for both, only the
+// variant type (which selects the kernels) differs. nanobind copies the names
+// and docstrings, so they may be built here.
+template <class Variant>
+void def_precompile(nb::module_& m, const std::string& op, const std::string& title,
+                    PrecompileFn<Variant> precompile, PrecompileCountFn<Variant> count) {
+  m.def(
+      (op + "_precompile").c_str(),
+      [precompile](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
+                   const std::optional<std::string>& weight, const std::optional<std::string>& bias,
+                   const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
+                   const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd,
+                   nb::object callback) {
+        const Variant v =
+            variant_arg<Variant>(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
+        auto to_dict = [](const nn::PrecompiledKernel& k) {
+          nb::dict d;
+          d["family"] = k.family;
+          d["template_args"] = k.template_args;
+          d["cache_key"] = k.cache_key;
+          d["registers"] = k.registers;
+          d["spill_bytes"] = k.spill_bytes;
+          d["from_cache"] = k.from_cache;
+          return d;
+        };
+        std::optional<nb::python_error> callback_error;
+        std::function<void(const nn::PrecompiledKernel&)> on_kernel;
+        if (!callback.is_none()) {
+          on_kernel = [&](const nn::PrecompiledKernel& k) {
+            nb::gil_scoped_acquire acquire;
+            try {
+              callback(to_dict(k));
+            } catch (nb::python_error& e) {
+              // Stop the loop, but re-raise the callback's own exception (e.g.
+              // KeyboardInterrupt) rather than whatever the C++ side would wrap it in.
+              callback_error.emplace(std::move(e));
+              throw CallbackAborted{};
+            }
+          };
+        }
+        std::vector<nn::PrecompiledKernel> kernels;
+        try {
+          nb::gil_scoped_release release;
+          kernels = precompile(v, arch, on_kernel);
+        } catch (...) {
+          if (callback_error) throw std::move(*callback_error);
+          throw;
+        }
+        nb::list result;
+        for (const auto& k : kernels) result.append(to_dict(k));
+        return result;
+      },
+      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
+      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
+      "store_rstd"_a = true, "callback"_a = nb::none(),
+      ("Compile (or find in the disk cache) every " + title +
+       " kernel of one variant for an explicit target such as 'sm_90a' (no GPU needed). Dtype arguments are "
+       "names; None (or 'none') means absent (out/dout: x's dtype). callback(dict) is called after each kernel; "
+       "returns the list of those dicts (family, template_args, cache_key, registers, spill_bytes (-1: unknown), "
+       "from_cache).")
+          .c_str());
+  m.def(
+      (op + "_precompile_count").c_str(),
+      [count](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
+              const std::optional<std::string>& weight, const std::optional<std::string>& bias,
+              const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
+              const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd) {
+        const Variant v =
+            variant_arg<Variant>(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
+        nb::gil_scoped_release release;
+        return count(v, arch);
+      },
+      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
+      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
+      "store_rstd"_a = true,
+      ("How many kernels " + op + "_precompile will produce for these arguments (for progress bars).").c_str());
+  m.def(
+      (op + "_variant_describe").c_str(),
+      [](std::int64_t n, bool backward, const std::string& x, const std::optional<std::string>& weight,
+         const std::optional<std::string>& bias, const std::optional<std::string>& residual,
+         const std::optional<std::string>& residual_out, const std::optional<std::string>& out,
+         const std::optional<std::string>& dout, bool store_rstd) {
+        return variant_arg<Variant>(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd)
+            .describe();
+      },
+      "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "residual"_a = nb::none(),
+      "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(), "store_rstd"_a = true,
+      ("One-line description of a " + title + " variant, as the C++ library writes it.").c_str());
+}
 
 }  // namespace
 
@@ -301,83 +400,8 @@ void register_norm_bindings(nb::module_& m) {
 #undef NK_FUSED_ADD_ARG_NAMES
 
   // --- ahead-of-time compilation (no GPU) ------------------------------------
-  m.def(
-      "rmsnorm_precompile",
-      [](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
-         const std::optional<std::string>& weight, const std::optional<std::string>& bias,
-         const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
-         const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd,
-         nb::object callback) {
-        const nn::RmsNormVariant v =
-            variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
-        auto to_dict = [](const nn::PrecompiledKernel& k) {
-          nb::dict d;
-          d["family"] = k.family;
-          d["template_args"] = k.template_args;
-          d["cache_key"] = k.cache_key;
-          d["registers"] = k.registers;
-          d["spill_bytes"] = k.spill_bytes;
-          d["from_cache"] = k.from_cache;
-          return d;
-        };
-        std::optional<nb::python_error> callback_error;
-        std::function<void(const nn::PrecompiledKernel&)> on_kernel;
-        if (!callback.is_none()) {
-          on_kernel = [&](const nn::PrecompiledKernel& k) {
-            nb::gil_scoped_acquire acquire;
-            try {
-              callback(to_dict(k));
-            } catch (nb::python_error& e) {
-              // Stop the loop, but re-raise the callback's own exception (e.g.
-              // KeyboardInterrupt) rather than whatever the C++ side would wrap it in.
-              callback_error.emplace(std::move(e));
-              throw CallbackAborted{};
-            }
-          };
-        }
-        std::vector<nn::PrecompiledKernel> kernels;
-        try {
-          nb::gil_scoped_release release;
-          kernels = nn::rmsnorm_precompile(v, arch, on_kernel);
-        } catch (...) {
-          if (callback_error) throw std::move(*callback_error);
-          throw;
-        }
-        nb::list result;
-        for (const auto& k : kernels) result.append(to_dict(k));
-        return result;
-      },
-      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
-      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
-      "store_rstd"_a = true, "callback"_a = nb::none(),
-      "Compile (or find in the disk cache) every RMSNorm kernel of one variant for an explicit target "
-      "such as 'sm_90a' (no GPU needed). Dtype arguments are names; None (or 'none') means absent "
-      "(out/dout: x's dtype). callback(dict) is called after each kernel; returns the list of those dicts "
-      "(family, template_args, cache_key, registers, spill_bytes (-1: unknown), from_cache).");
-  m.def(
-      "rmsnorm_precompile_count",
-      [](const std::string& arch, std::int64_t n, bool backward, const std::string& x,
-         const std::optional<std::string>& weight, const std::optional<std::string>& bias,
-         const std::optional<std::string>& residual, const std::optional<std::string>& residual_out,
-         const std::optional<std::string>& out, const std::optional<std::string>& dout, bool store_rstd) {
-        const nn::RmsNormVariant v =
-            variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd);
-        nb::gil_scoped_release release;
-        return nn::rmsnorm_precompile_count(v, arch);
-      },
-      "arch"_a, "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
-      "residual"_a = nb::none(), "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(),
-      "store_rstd"_a = true,
-      "How many kernels rmsnorm_precompile will produce for these arguments (for progress bars).");
-  m.def(
-      "rmsnorm_variant_describe",
-      [](std::int64_t n, bool backward, const std::string& x, const std::optional<std::string>& weight,
-         const std::optional<std::string>& bias, const std::optional<std::string>& residual,
-         const std::optional<std::string>& residual_out, const std::optional<std::string>& out,
-         const std::optional<std::string>& dout, bool store_rstd) {
-        return variant_arg(backward, n, x, weight, bias, residual, residual_out, out, dout, store_rstd).describe();
-      },
-      "n"_a, "backward"_a, "x"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "residual"_a = nb::none(),
-      "residual_out"_a = nb::none(), "out"_a = nb::none(), "dout"_a = nb::none(), "store_rstd"_a = true,
-      "One-line description of an RMSNorm variant, as the C++ library writes it.");
+  // store_rstd: the forward stores rstd (LayerNorm: mean and rstd).
+  def_precompile<nn::RmsNormVariant>(m, "rmsnorm", "RMSNorm", &nn::rmsnorm_precompile, &nn::rmsnorm_precompile_count);
+  def_precompile<nn::LayerNormVariant>(m, "layernorm", "LayerNorm", &nn::layernorm_precompile,
+                                       &nn::layernorm_precompile_count);
 }

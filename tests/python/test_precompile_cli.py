@@ -59,6 +59,68 @@ def test_run_only_uses_precompiled_kernels_and_refuses_missing_ones(nvrtc):
     assert "Traceback" not in missing.stderr
 
 
+def test_layernorm_fills_the_cache_with_its_centred_kernels(nvrtc):
+    from normkit import _C
+    from normkit._cli_precompile import variants
+
+    result = run_cli("precompile", "--arch", "sm_90a", "--op", "layernorm", *SMALL, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    kernels = report["kernels"]
+    assert report["ops"] == ["layernorm"] and report["spilled"] == 0
+    assert {k["op"] for k in kernels} == {"layernorm"}
+    families = {k["family"] for k in kernels}
+    assert families >= {"layernorm_fwd", "layernorm_bwd"}
+    # Every kernel is LayerNorm's, but for the dw/db reduction both norms share.
+    assert all(f.startswith("layernorm_") for f in families - {"param_grad_reduce"}), families
+    assert all(k["variant"].startswith(("sm_90a layernorm_fwd ", "sm_90a layernorm_bwd ")) for k in kernels)
+    jobs = variants([4096], ["bf16"], "fp32", None, None, {"residual", "bias"}, ["fwd", "bwd"])
+    assert len(kernels) == sum(_C.layernorm_precompile_count("sm_90a", **v) for v in jobs)
+
+    entries = cache_entries()
+    assert {k["cache_key"] for k in kernels} <= {e["key"] for e in entries}
+    assert {e["meta"]["family"] for e in entries} == families
+
+
+def test_op_list_and_all_precompile_both_norms(nvrtc):
+    small = ("--arch", "sm_80", "--n", "256", "--direction", "fwd")
+    both = run_cli("precompile", *small, "--op", "layernorm,rmsnorm", "--json")
+    assert both.returncode == 0, both.stdout + both.stderr
+    report = json.loads(both.stdout)
+    assert report["ops"] == ["rmsnorm", "layernorm"]
+    assert sorted(k["family"] for k in report["kernels"]) == ["layernorm_fwd", "rmsnorm_fwd"]
+
+    again = run_cli("precompile", *small, "--op", "all")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "sm_80 rmsnorm fwd n=256" in again.stdout and "sm_80 layernorm fwd n=256" in again.stdout
+    assert "2 kernels for sm_80" in again.stdout and "0 compiled, 2 already cached" in again.stdout
+
+
+def test_layernorm_bindings_describe_count_and_name_the_argument():
+    from normkit import _C
+
+    assert _C.layernorm_variant_describe(n=4096, backward=False, x="bf16").startswith("layernorm_fwd n=4096 x=bf16")
+    assert _C.rmsnorm_variant_describe(n=4096, backward=True, x="bf16").startswith("rmsnorm_bwd n=4096 x=bf16")
+    with pytest.raises(_C.NormkitError, match="layernorm_precompile: argument 'n' must be >= 1"):
+        _C.layernorm_precompile_count("sm_90a", n=0, backward=False, x="bf16")
+    with pytest.raises(ValueError, match="weight: unsupported dtype 'fp64'"):
+        _C.layernorm_precompile("sm_90a", n=256, backward=False, x="bf16", weight="fp64")
+
+
+def test_callback_exception_stops_layernorm_precompile(nvrtc):
+    from normkit import _C
+
+    class Stop(Exception):
+        pass
+
+    def callback(kernel):
+        assert kernel["family"] == "layernorm_fwd"
+        raise Stop
+
+    with pytest.raises(Stop):
+        _C.layernorm_precompile("sm_80", n=256, backward=False, x="bf16", callback=callback)
+
+
 def test_arch_from_environment(nvrtc):
     result = run_cli("precompile", "--n", "256", "--direction", "fwd", env={"NORMKIT_ARCH": "sm_80"})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -67,6 +129,8 @@ def test_arch_from_environment(nvrtc):
 
 @pytest.mark.parametrize("args,message", [
     (("--arch", "sm_90a", "--n", "4096", "--op", "softmax"), "--op: unknown operator 'softmax'"),
+    (("--arch", "sm_90a", "--n", "4096", "--op", "layernorm,softmax"), "--op: unknown operator 'softmax'"),
+    (("--arch", "sm_90a", "--n", "4096", "--op", ","), "--op: empty"),
     (("--arch", "sm_90a", "--n", "0"), "--n: expected comma-separated positive integers"),
     (("--arch", "sm_90a", "--n", "4096,x"), "--n: expected comma-separated positive integers"),
     (("--arch", "sm_90a", "--n", "4096", "--dtype", "fp64"), "--dtype: unknown dtype 'fp64'"),

@@ -28,6 +28,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "normkit/norm/rmsnorm.hpp"
 #include "normkit/norm/types.hpp"
@@ -96,5 +99,18 @@ struct FusedAddNormArgs {
 
 void fused_add_rmsnorm(const FusedAddNormArgs& args);
 void fused_add_layernorm(const FusedAddNormArgs& args);
+
+// Ahead-of-time compilation of LayerNorm's kernels, as rmsnorm_precompile
+// (rmsnorm.hpp): every kernel layernorm_fwd / layernorm_bwd can use for
+// 16-byte-aligned data of `variant` on `arch`. store_rstd: the forward stores
+// mean and rstd (one kernel stores both).
+struct LayerNormVariant : NormVariant {
+  std::string describe() const;  // "layernorm_fwd n=4096 x=bf16 ..."
+};
+
+std::vector<PrecompiledKernel> layernorm_precompile(
+    const LayerNormVariant& variant, const std::string& arch,
+    const std::function<void(const PrecompiledKernel&)>& on_kernel = {});
+std::size_t layernorm_precompile_count(const LayerNormVariant& variant, const std::string& arch);
 
 }  // namespace normkit::norm

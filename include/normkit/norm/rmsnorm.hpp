@@ -87,7 +87,13 @@ std::size_t rmsnorm_bwd_workspace_bytes(const RmsNormBwdArgs& args);
 // ---------------------------------------------------------------------------
 // Ahead-of-time compilation (no GPU needed): the kernels a deployment will use,
 // for one target, so that it can run with NORMKIT_RUN_ONLY=1.
-struct RmsNormVariant {
+//
+// What a kernel is specialized on, the same for RMSNorm and LayerNorm (the same
+// kernels, LayerNorm's centred): dtypes, the optional tensors present, N. Not
+// weight_offset nor eps, which are launch arguments. Each operator has its own
+// type (RmsNormVariant, LayerNormVariant in layernorm.hpp) so that a variant
+// cannot be precompiled for the other operator by mistake.
+struct NormVariant {
   bool backward = false;
   std::int64_t n = 0;
   DType x = DType::kBFloat16;          // forward x; backward h
@@ -97,8 +103,11 @@ struct RmsNormVariant {
   std::optional<DType> residual_out;   // forward: residual_out; backward: dresidual
   std::optional<DType> out;            // forward out / backward dx; default: x
   std::optional<DType> dout;           // backward only; default: x
-  bool store_rstd = true;              // forward only
-  std::string describe() const;
+  bool store_rstd = true;              // forward only: rstd (LayerNorm: mean and rstd) stored
+};
+
+struct RmsNormVariant : NormVariant {
+  std::string describe() const;  // "rmsnorm_fwd n=4096 x=bf16 ..."
 };
 
 struct PrecompiledKernel {

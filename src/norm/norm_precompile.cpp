@@ -1,0 +1,137 @@
+// Ahead-of-time compilation of RMSNorm's and LayerNorm's kernels: one
+// implementation, LayerNorm's being the same kernels with `center`. The specs and
+// plans are built as the CUDA dispatch builds them (rmsnorm_cuda.cpp) so that a
+// precompiled cache holds exactly what a call will ask for.
+#include <initializer_list>
+#include <sstream>
+#include <vector>
+
+#include "normkit/norm/layernorm.hpp"
+#include "normkit/norm/rmsnorm.hpp"
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/runtime.hpp"
+#include "normkit/runtime/target.hpp"
+#include "norm_validate.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_kernels.hpp"
+
+namespace normkit::norm {
+namespace {
+
+const char* op_name(bool center) { return center ? "layernorm_precompile" : "rmsnorm_precompile"; }
+
+std::string describe(const NormVariant& v, bool center) {
+  std::ostringstream os;
+  auto opt = [](const std::optional<DType>& t) { return t ? dtype_name(*t) : "none"; };
+  os << (center ? "layernorm" : "rmsnorm") << (v.backward ? "_bwd" : "_fwd") << " n=" << v.n
+     << " x=" << dtype_name(v.x) << " weight=" << opt(v.weight) << " bias=" << opt(v.bias)
+     << " residual=" << opt(v.residual) << " residual_out=" << opt(v.residual_out) << " out=" << opt(v.out);
+  if (v.backward) os << " dout=" << opt(v.dout);
+  if (!v.backward) os << " rstd=" << (v.store_rstd ? 1 : 0);
+  return os.str();
+}
+
+std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center, const std::string& arch) {
+  const char* op = op_name(center);
+  NK_CHECK(v.n >= 1, op, ": argument 'n' must be >= 1, got ", v.n);
+  // Checked here, where the variant's field can be named; the kernel generator
+  // would refuse fp64 too, without saying which.
+  auto named = [](const char* name, const std::optional<DType>& t) {
+    return detail::Named{name, t.has_value(), t.value_or(DType::kBFloat16)};
+  };
+  detail::reject_fp64(op, {named("x", v.x), named("weight", v.weight), named("bias", v.bias),
+                           named("residual", v.residual), named("residual_out", v.residual_out),
+                           named("out", v.out), named("dout", v.dout)});
+  const int target_arch = rt::Runtime::instance().compile_only_target(arch).arch;
+  constexpr int kAlignedVec = 8;  // 16-byte-aligned data, the layout frameworks allocate
+  if (!v.backward) {
+    detail::RmsFwdSpec s;
+    s.n = v.n;
+    s.x = v.x;
+    s.residual = v.residual;
+    s.residual_out = v.residual_out;
+    s.weight = v.weight;
+    s.bias = v.bias;
+    s.out = v.out.value_or(v.x);
+    s.store_rstd = v.store_rstd;
+    s.center = center;
+    s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
+    return {detail::fwd_source(s)};
+  }
+  detail::RmsBwdSpec s;
+  s.n = v.n;
+  s.x = v.x;
+  s.weight = v.weight;
+  s.dout = v.dout.value_or(v.x);
+  s.dresidual_out = v.residual;
+  s.dx = v.out.value_or(v.x);
+  s.dresidual = v.residual_out;
+  s.dbias = v.bias;
+  s.center = center;
+  // Calls with few rows may take another plan (RowPlanInputs::few_rows): both
+  // plans' kernels, each once.
+  std::vector<rt::KernelSource> out;
+  auto add = [&](std::optional<rt::KernelSource> k) {
+    if (!k) return;
+    for (const rt::KernelSource& o : out)
+      if (o.entry == k->entry && o.source == k->source) return;
+    out.push_back(std::move(*k));
+  };
+  for (const bool few_rows : {false, true}) {
+    s.few_rows = few_rows;
+    s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
+    detail::RmsBwdSources sources = detail::bwd_sources(s);
+    add(std::move(sources.rows));
+    add(std::move(sources.row_dots));
+    add(std::move(sources.columns));
+    add(std::move(sources.param_reduce));
+  }
+  return out;
+}
+
+std::vector<PrecompiledKernel> precompile(const NormVariant& variant, bool center, const std::string& arch,
+                                          const std::function<void(const PrecompiledKernel&)>& on_kernel) {
+  rt::Runtime& runtime = rt::Runtime::instance();
+  const rt::Target target = runtime.compile_only_target(arch);
+  std::vector<PrecompiledKernel> done;
+  for (const rt::KernelSource& source : variant_sources(variant, center, arch)) {
+    const std::uint64_t compiles_before = runtime.counters().compiles;
+    const auto compiled = runtime.compile(source, target);
+    PrecompiledKernel k;
+    k.family = source.family;
+    k.template_args = source.template_args;
+    k.cache_key = compiled->key;
+    k.registers = compiled->registers;
+    k.spill_bytes = compiled->spill_store_bytes < 0 ? -1 : compiled->spill_store_bytes + compiled->spill_load_bytes;
+    // Another thread may compile concurrently; the counter is a good-enough hint for a CLI summary.
+    k.from_cache = runtime.counters().compiles == compiles_before;
+    if (on_kernel) on_kernel(k);
+    done.push_back(std::move(k));
+  }
+  return done;
+}
+
+}  // namespace
+
+std::string RmsNormVariant::describe() const { return norm::describe(*this, /*center=*/false); }
+std::string LayerNormVariant::describe() const { return norm::describe(*this, /*center=*/true); }
+
+std::size_t rmsnorm_precompile_count(const RmsNormVariant& variant, const std::string& arch) {
+  return variant_sources(variant, /*center=*/false, arch).size();
+}
+
+std::size_t layernorm_precompile_count(const LayerNormVariant& variant, const std::string& arch) {
+  return variant_sources(variant, /*center=*/true, arch).size();
+}
+
+std::vector<PrecompiledKernel> rmsnorm_precompile(const RmsNormVariant& variant, const std::string& arch,
+                                                  const std::function<void(const PrecompiledKernel&)>& on_kernel) {
+  return precompile(variant, /*center=*/false, arch, on_kernel);
+}
+
+std::vector<PrecompiledKernel> layernorm_precompile(const LayerNormVariant& variant, const std::string& arch,
+                                                    const std::function<void(const PrecompiledKernel&)>& on_kernel) {
+  return precompile(variant, /*center=*/true, arch, on_kernel);
+}
+
+}  // namespace normkit::norm

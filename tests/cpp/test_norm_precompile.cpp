@@ -1,0 +1,188 @@
+// Ahead-of-time compilation of LayerNorm (and RMSNorm, sharing the code): the
+// kernels layernorm_precompile produces are exactly those the CUDA dispatch asks
+// for in a LayerNorm call (its specs, with center), named layernorm_* but for the
+// shared dw/db reduction. NVRTC only, no GPU.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "normkit/norm/layernorm.hpp"
+#include "normkit/norm/rmsnorm.hpp"
+#include "normkit/runtime/error.hpp"
+#include "normkit/runtime/target.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_kernels.hpp"
+#include "test_helpers.hpp"
+
+using namespace normkit::norm;
+using namespace normkit::norm::detail;
+
+namespace {
+
+constexpr DType bf16 = DType::kBFloat16;
+constexpr DType f32 = DType::kFloat32;
+constexpr DType f64 = DType::kFloat64;
+constexpr const char* kArch = "sm_90a";
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const normkit::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The entries the dispatch compiles for calls of this variant on 16-byte-aligned
+// data (norm_fwd_cuda / plan_backward with center), written out independently of
+// the precompile code: the forward's one kernel; the backward's kernels for many
+// and for few rows, each once.
+std::vector<std::string> dispatch_entries(const NormVariant& v, bool center) {
+  const int arch = normkit::rt::Target::parse(kArch).arch;
+  if (!v.backward) {
+    RmsFwdSpec s;
+    s.n = v.n;
+    s.x = v.x;
+    s.residual = v.residual;
+    s.residual_out = v.residual_out;
+    s.weight = v.weight;
+    s.bias = v.bias;
+    s.out = v.out.value_or(v.x);
+    s.store_rstd = v.store_rstd;
+    s.center = center;
+    s.plan = plan_fwd(s, 8, arch);
+    return {fwd_source(s).entry};
+  }
+  std::vector<std::string> entries;
+  for (const bool few_rows : {false, true}) {
+    RmsBwdSpec s;
+    s.n = v.n;
+    s.x = v.x;
+    s.weight = v.weight;
+    s.dout = v.dout.value_or(v.x);
+    s.dresidual_out = v.residual;
+    s.dx = v.out.value_or(v.x);
+    s.dresidual = v.residual_out;
+    s.dbias = v.bias;
+    s.few_rows = few_rows;
+    s.center = center;
+    s.plan = plan_bwd(s, 8, arch);
+    const RmsBwdSources k = bwd_sources(s);
+    for (const std::optional<normkit::rt::KernelSource>& source :
+         {std::optional(k.rows), k.row_dots, k.columns, k.param_reduce}) {
+      if (!source) continue;
+      bool seen = false;
+      for (const std::string& e : entries) seen = seen || e == source->entry;
+      if (!seen) entries.push_back(source->entry);
+    }
+  }
+  return entries;
+}
+
+LayerNormVariant fwd_variant() {
+  LayerNormVariant v;
+  v.n = 4096;
+  v.x = bf16;
+  v.weight = f32;
+  v.bias = f32;
+  v.residual = bf16;
+  v.residual_out = bf16;
+  v.store_rstd = true;
+  return v;
+}
+
+LayerNormVariant bwd_variant(std::int64_t n) {
+  LayerNormVariant v;
+  v.backward = true;
+  v.n = n;
+  v.x = bf16;
+  v.weight = bf16;
+  v.bias = bf16;      // dbias
+  v.residual = bf16;  // dresidual_out (prenorm)
+  return v;
+}
+
+class NormPrecompile : public nktest::FreshRuntime {};
+
+}  // namespace
+
+TEST_F(NormPrecompile, LayerNormCompilesTheDispatchsCentredKernels) {
+  // N=32768: calls with few rows take another plan (register-resident rows in a cluster).
+  std::set<std::string> compiled;
+  for (const LayerNormVariant& v : {fwd_variant(), bwd_variant(4096), bwd_variant(32768)}) {
+    SCOPED_TRACE(v.describe());
+    const std::vector<std::string> expected = dispatch_entries(v, /*center=*/true);
+    std::vector<std::string> reported;
+    const std::vector<PrecompiledKernel> kernels =
+        layernorm_precompile(v, kArch, [&](const PrecompiledKernel& k) { reported.push_back(k.template_args); });
+    EXPECT_EQ(layernorm_precompile_count(v, kArch), kernels.size());
+    std::vector<std::string> entries;
+    for (const PrecompiledKernel& k : kernels) {
+      entries.push_back(k.template_args);
+      // The dw/db reduction has no centred form: one kernel, one cache entry, for both norms.
+      if (k.family != "param_grad_reduce") {
+        EXPECT_EQ(k.family.rfind("layernorm_", 0), 0u) << k.family;
+      }
+      // Compiled unless an earlier variant compiled it (the shared dw/db reduction).
+      EXPECT_EQ(k.from_cache, !compiled.insert(k.template_args).second) << k.template_args;
+      EXPECT_FALSE(k.cache_key.empty());
+      EXPECT_EQ(k.spill_bytes, 0) << k.template_args;
+    }
+    EXPECT_EQ(entries, expected);
+    EXPECT_EQ(reported, expected);  // the callback sees each kernel as it is done
+    // A second run finds them all in the cache.
+    for (const PrecompiledKernel& k : layernorm_precompile(v, kArch)) EXPECT_TRUE(k.from_cache) << k.family;
+  }
+}
+
+// The long-row backward plans (split with a dot-product kernel, synced without
+// dw/db) and the few-rows plans: counted without compiling.
+TEST_F(NormPrecompile, LayerNormCountCoversEveryBackwardPlan) {
+  for (const std::int64_t n : {256, 32768, 65536, 262144}) {
+    for (const bool grads : {false, true}) {
+      LayerNormVariant v = bwd_variant(n);
+      if (!grads) v.weight = v.bias = std::nullopt;
+      SCOPED_TRACE(v.describe());
+      EXPECT_EQ(layernorm_precompile_count(v, kArch), dispatch_entries(v, true).size());
+    }
+  }
+  LayerNormVariant fwd = fwd_variant();
+  fwd.n = 262144;
+  EXPECT_EQ(layernorm_precompile_count(fwd, kArch), 1u);
+}
+
+// The same variant for RMSNorm names the uncentred kernels: the operators share
+// the implementation, not the kernels.
+TEST_F(NormPrecompile, RmsNormNamesTheUncentredKernels) {
+  RmsNormVariant rms;
+  static_cast<NormVariant&>(rms) = bwd_variant(4096);
+  const LayerNormVariant ln = bwd_variant(4096);
+  EXPECT_EQ(rmsnorm_precompile_count(rms, kArch), dispatch_entries(rms, false).size());
+  EXPECT_NE(dispatch_entries(rms, false), dispatch_entries(ln, true));
+  EXPECT_EQ(rms.describe().rfind("rmsnorm_bwd n=4096 x=bf16 ", 0), 0u) << rms.describe();
+  EXPECT_EQ(ln.describe().rfind("layernorm_bwd n=4096 x=bf16 ", 0), 0u) << ln.describe();
+  EXPECT_EQ(fwd_variant().describe().rfind("layernorm_fwd ", 0), 0u);
+}
+
+TEST_F(NormPrecompile, ErrorsNameTheOperatorAndArgument) {
+  LayerNormVariant v = fwd_variant();
+  v.n = 0;
+  EXPECT_EQ(error_of([&] { layernorm_precompile_count(v, kArch); })
+                .rfind("layernorm_precompile: argument 'n' must be >= 1, got 0", 0),
+            0u);
+  v = bwd_variant(4096);
+  v.dout = f64;
+  EXPECT_EQ(error_of([&] { layernorm_precompile(v, kArch); })
+                .rfind("layernorm_precompile: argument 'dout' is fp64; float64 runs only on the CPU fallback", 0),
+            0u);
+  RmsNormVariant r;
+  r.n = 256;
+  r.weight = f64;
+  EXPECT_EQ(error_of([&] { rmsnorm_precompile_count(r, kArch); })
+                .rfind("rmsnorm_precompile: argument 'weight' is fp64", 0),
+            0u);
+}
