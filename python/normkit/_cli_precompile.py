@@ -13,6 +13,8 @@ import sys
 from normkit import _C
 from normkit._C import NormkitError
 
+from normkit._cli_lists import split_list, subset
+
 OPS = ("rmsnorm", "layernorm")
 FEATURES = ("residual", "prenorm", "bias", "rstd")
 DIRECTIONS = ("fwd", "bwd")
@@ -71,8 +73,7 @@ def add_parser(commands, formatter_class):
     return p
 
 
-def _split(text):
-    return [part.strip() for part in (text or "").split(",") if part.strip()]
+_split = split_list
 
 
 def _dtype(name, flag):
@@ -91,14 +92,7 @@ def _choices(text, valid, flag):
 
 
 def _ops(text):
-    values = _split(text)
-    if values == ["all"]:
-        return OPS
-    unknown = [v for v in values if v not in OPS]
-    if unknown or not values:
-        what = f"unknown operator {unknown[0]!r}" if unknown else "empty"
-        raise UsageError(f"--op: {what} (expected any of {', '.join(OPS)}, or all)")
-    return tuple(op for op in OPS if op in values)
+    return subset(text, OPS, "--op", "operator", UsageError)
 
 
 def _parse(args):

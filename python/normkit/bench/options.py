@@ -10,6 +10,8 @@ be narrowed or widened one flag at a time.
 import dataclasses
 import re
 
+from normkit._cli_lists import split_list, subset
+
 OPS = ("rmsnorm", "layernorm", "fused_add_rmsnorm", "fused_add_layernorm")
 FUSED_ADD_OPS = ("fused_add_rmsnorm", "fused_add_layernorm")  # forward only, in place, always with a residual
 DTYPES = ("bf16", "fp16", "fp32")
@@ -127,8 +129,7 @@ def add_arguments(p):
     p.add_argument("--no-plot", action="store_true", help="do not write the plots (bench.png, bench-<op>.png)")
 
 
-def _split(text):
-    return [part.strip() for part in text.split(",") if part.strip()]
+_split = split_list
 
 
 def _choices(text, valid, flag):
@@ -191,14 +192,7 @@ def _peers(text):
 
 
 def _ops(text):
-    values = _split(text)
-    if values == ["all"]:
-        return OPS
-    unknown = [v for v in values if v not in OPS]
-    if unknown or not values:
-        what = f"unknown operator {unknown[0]!r}" if unknown else "empty"
-        raise BenchUsageError(f"--op: {what} (expected any of {', '.join(OPS)}, or all)")
-    return tuple(op for op in OPS if op in values)
+    return subset(text, OPS, "--op", "operator", BenchUsageError)
 
 
 def _count(value, flag, minimum):
