@@ -248,7 +248,10 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
     a.dresidual = nn::Rows{dresidual.data_ptr(), dtype_of(dresidual.scalar_type()), out_outer, n};
   a.weight = param_of(weight);
   a.heads = heads;
-  a.rstd = rstd.data_ptr<float>();
+  // One value per row, read as a flat array: a caller's strided view (a column of
+  // a wider tensor) is copied first, as the custom op's path does (_impl._flat).
+  const Tensor rstd_flat = contiguous_if(rstd);
+  a.rstd = rstd_flat.data_ptr<float>();
   a.dweight = dweight.defined() ? dweight.data_ptr() : nullptr;
   a.dbias = param_of(dbias);
   a.weight_offset = static_cast<float>(weight_offset);

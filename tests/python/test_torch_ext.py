@@ -107,6 +107,21 @@ def test_rmsnorm_fwd_and_bwd_functions_match_the_custom_ops():
     assert dres is None
 
 
+def test_backward_reads_a_strided_rstd_view_as_its_values():
+    # rstd handed back as a column of a wider tensor: the C++ path once read it as
+    # a flat array (wrong dx, no error); it must equal the contiguous call bitwise.
+    x, w, dout = rnd(6, 64), rnd(64), rnd(6, 64)
+    _, _, rstd = rmsnorm_fwd(x, w, store_rstd=True)
+    wide = torch.zeros(6, 2)
+    wide[:, 0] = rstd
+    column = wide[:, 0]
+    assert not column.is_contiguous()
+    expected = rmsnorm_bwd(x, w, dout, rstd)
+    got = rmsnorm_bwd(x, w, dout, column)
+    for a, b in zip(expected[:2], got[:2]):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
 def test_rows_that_need_a_copy_take_the_custom_op():
     # Three separately strided leading dims: not expressible with two strides.
     base = rnd(4, 3, 5, 32)
