@@ -156,7 +156,26 @@ class Impl:
         raise NotImplementedError
 
 
-class Normkit(Impl):
+class _RmsBwdApi(Impl):
+    """Implementations with normkit's (and quack's, which normkit's mirrors)
+    rmsnorm_fwd(..., store_rstd=True) / rmsnorm_bwd(h, w, dout, rstd, ...) pair,
+    found on `self.rms_api`: the backward is timed the same way for both."""
+
+    rms_api = None
+
+    def backward(self, case, sets):
+        fns = []
+        for s in sets:
+            _, h, rstd = self.rms_api.rmsnorm_fwd(s.x, s.w, residual=s.r, eps=EPS, store_rstd=True)
+            fns.append(functools.partial(self._bwd, h, s.w, s.dout, rstd, s.dres, case.residual))
+        return fns
+
+    def _bwd(self, h, w, dout, rstd, dres, residual):
+        dx, dw, _, _ = self.rms_api.rmsnorm_bwd(h, w, dout, rstd, dresidual_out=dres, has_residual=residual)
+        return dx, dw
+
+
+class Normkit(_RmsBwdApi):
     name = "normkit"
     dist = "normkit"
     gpu_only = False
@@ -176,24 +195,13 @@ class Normkit(Impl):
     }
 
     def load(self):
-        self.nk = importlib.import_module("normkit.torch")
+        self.nk = self.rms_api = importlib.import_module("normkit.torch")
         return importlib.import_module("normkit").__version__
 
     def forward(self, x, w, r):
         if r is None:
             return self.nk.rmsnorm(x, w, eps=EPS), None
         return self.nk.rmsnorm(x, w, residual=r, eps=EPS, prenorm=True)
-
-    def backward(self, case, sets):
-        fns = []
-        for s in sets:
-            _, h, rstd = self.nk.rmsnorm_fwd(s.x, s.w, residual=s.r, eps=EPS, store_rstd=True)
-            fns.append(functools.partial(self._bwd, h, s.w, s.dout, rstd, s.dres, case.residual))
-        return fns
-
-    def _bwd(self, h, w, dout, rstd, dres, residual):
-        dx, dw, _, _ = self.nk.rmsnorm_bwd(h, w, dout, rstd, dresidual_out=dres, has_residual=residual)
-        return dx, dw
 
     def ln_forward(self, x, w, b, r):
         if r is None:
@@ -326,7 +334,7 @@ class Compile(Impl):
         return self._compiled(x, r, w, b)
 
 
-class Quack(Impl):
+class Quack(_RmsBwdApi):
     name = "quack"
     dist = "quack-kernels"
     TIMED = {
@@ -343,7 +351,7 @@ class Quack(Impl):
                             "the rmsnorm rows with a residual)" for op in ("fused_add_rmsnorm", "fused_add_layernorm")}
 
     def load(self):
-        self.mod = importlib.import_module("quack.rmsnorm")
+        self.mod = self.rms_api = importlib.import_module("quack.rmsnorm")
         return _version(self.dist)
 
     def limits(self, case):
@@ -354,17 +362,6 @@ class Quack(Impl):
     def forward(self, x, w, r):
         out, residual_out, _ = self.mod.rmsnorm_fwd(x, w, residual=r, eps=EPS)
         return out, (None if r is None else residual_out)
-
-    def backward(self, case, sets):
-        fns = []
-        for s in sets:
-            _, h, rstd = self.mod.rmsnorm_fwd(s.x, s.w, residual=s.r, eps=EPS, store_rstd=True)
-            fns.append(functools.partial(self._bwd, h, s.w, s.dout, rstd, s.dres, case.residual))
-        return fns
-
-    def _bwd(self, h, w, dout, rstd, dres, residual):
-        dx, dw, _, _ = self.mod.rmsnorm_bwd(h, w, dout, rstd, dresidual_out=dres, has_residual=residual)
-        return dx, dw
 
     def prepare(self, case, sets):
         if case.op == "layernorm" and case.direction == "fwd":
