@@ -36,7 +36,7 @@ const char* device_type(std::optional<DType> t) {
 std::string row_config(const RowPlan& p, std::int64_t n) {
   std::ostringstream os;
   os << "nk::RowConfig<" << n << ", " << p.vec << ", " << p.tpr << ", " << p.rows << ", " << p.cluster << ", "
-     << (p.regs ? "true" : "false") << ", " << p.min_blocks << ">";
+     << flag(p.regs) << ", " << p.min_blocks << ">";
   return os.str();
 }
 
@@ -141,8 +141,8 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   }
   e << "nk::norm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
-    << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << (s.dbias ? "true" : "false") << ", "
-    << (s.plan.row_sums ? "true" : "false") << ", " << (s.plan.stash ? "true" : "false") << ", "
+    << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
+    << flag(s.plan.row_sums) << ", " << flag(s.plan.stash) << ", "
     << flag(s.plan.prefetch) << ", " << flag(s.center) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
