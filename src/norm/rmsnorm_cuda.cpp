@@ -228,12 +228,10 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                   static_cast<std::size_t>(a.shape.n);
   // Chunk sums of g * xhat, and of g for LayerNorm (NormBwdParams::row_dot_partial).
-  const std::size_t dot_floats =
-      (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
-  l.dot_floats = dot_floats;
+  l.dot_floats = (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
   // Synced plans: the ticket and per-row counters after the chunk sums.
   l.sync_words = plan.synced && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
-  l.workspace = (l.sums_floats + dot_floats + l.sync_words) * sizeof(float);
+  l.workspace = (l.sums_floats + l.dot_floats + l.sync_words) * sizeof(float);
   return l;
 }
 
