@@ -241,6 +241,15 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
 
+  // Forward rows of >= 512 threads (one or two CTAs per SM, N >= 16384 for 16-bit
+  // rows) walk rows persistently and prefetch the next (norm_fwd_kernel's
+  // PREFETCH): a CTA alone on its SM idled from the end of its loads to the next
+  // CTA's start (bf16 N=32768 0.81x copy, N=131072 0.69x; quack 0.98x there).
+  // Not measured yet on a GPU (branch wip/fwd-persistent).
+  if (!in.backward && p.regs && p.tpr >= 512 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
+      !in.center && !in.bias && in.arch >= 80)
+    p.prefetch = true;
+
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
   const std::int64_t owned = ((slice_v + p.tpr - 1) / p.tpr) * p.vec;

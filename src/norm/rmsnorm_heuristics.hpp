@@ -47,8 +47,14 @@ struct RowPlanInputs {
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
   // the host's: a plan with fewer launches beats one with more bandwidth there.
   bool few_rows = false;
-  // LayerNorm (the kernels' CENTER): its synced kernel carries a second chunk sum.
+  // LayerNorm (the kernels' CENTER): its synced backward carries a second chunk
+  // sum, and the forward pipeline is not planned for it.
   bool center = false;
+  // Forward: what the epilogue carries (the pipeline, `prefetch`, is planned only
+  // for rows without a residual, LayerNorm's centring or a bias: it keeps two raw
+  // rows under 1024 threads' 64 registers, and those spilled with it).
+  bool residual = false;
+  bool bias = false;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).
