@@ -29,6 +29,8 @@ struct RowPlan {
   // Backward, register-resident rows: a persistent CTA loads its next row while it
   // finishes the current one (two register sets; norm_bwd_kernel's PREFETCH).
   bool prefetch = false;
+  // Forward, calls of few rows: weight and bias loaded with the row (norm_fwd_kernel's EARLY).
+  bool early_params = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -59,6 +61,9 @@ struct RowPlanInputs {
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).
 inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
+// Forward calls up to this many elements (decode: M <= 128 at N = 8192) are
+// planned for latency rather than bandwidth (RowPlan::early_params).
+inline constexpr std::int64_t kFewRowsForwardElements = std::int64_t{1} << 20;
 
 RowPlan plan_rows(const RowPlanInputs& in);
 

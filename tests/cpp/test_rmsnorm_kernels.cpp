@@ -366,9 +366,12 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
         f.weight = w;
         f.out = x;
         f.store_rstd = true;
-        f.plan = plan_fwd(f, 8, arch_of(target));
-        auto kf = rt().compile(fwd_source(f), Target::parse(target));
-        EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        for (const bool few_rows : {false, true}) {  // few rows: weight loaded with the row (early_params)
+          f.few_rows = few_rows;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          auto kf = rt().compile(fwd_source(f), Target::parse(target));
+          EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        }
         for (const bool few_rows : {false, true}) {  // the grid's M=1/199 calls and its M=8192 ones
           RmsBwdSpec b;
           b.n = n;

@@ -32,8 +32,10 @@ struct IntTag {
 // 1024-thread CTA, alone on its SM, stops loading from the end of its row's loads
 // to the next CTA's start (bf16 N=32768: 0.81x copy; ncu at N=131072: 48%
 // achieved occupancy, DRAM at 46% of peak).
+// EARLY (plans for calls of few rows): weight and bias are loaded with the row,
+// not after its reduction (see EARLY_PARAMS below).
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
-          bool PREFETCH>
+          bool PREFETCH, bool EARLY>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
   // REGS without a residual: the row stays in registers as loaded (its storage
@@ -111,6 +113,28 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       }
     };
 
+    // Calls of few rows (EARLY) whose row is raw in registers load weight and bias
+    // with the row instead of after the reduction: such a call is a chain of memory
+    // latencies (row, then parameters), and this takes one link out (decode: M=1,
+    // N=4096 bf16 took 3.9 us by graph replay where a copy took 1.6 and three peers
+    // 2.2). It costs registers (bf16 N=4096: 72 instead of 40, half the CTAs per
+    // SM), which is why calls of many rows keep the late load.
+    constexpr bool EARLY_PARAMS = EARLY && RAW && !PREFETCH && Cfg::THREADS <= 256 &&
+                                  Cfg::ITEMS * VEC * (size_or_zero<W> + size_or_zero<B>) <= 64;
+    using WP = Packed<typename or_type<W, float>::type, VEC>;
+    using BP = Packed<typename or_type<B, float>::type, VEC>;
+    WP w_early[EARLY_PARAMS && !is_none<W> ? Cfg::ITEMS : 1];
+    BP b_early[EARLY_PARAMS && !is_none<B> ? Cfg::ITEMS : 1];
+    const long long head_offset = (r % p.shape.heads) * Cfg::N;
+    if constexpr (EARLY_PARAMS) {
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        const int col = t.column(k);
+        if constexpr (!is_none<W>) w_early[k] = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col);
+        if constexpr (!is_none<B>) b_early[k] = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col);
+      });
+    }
+
     // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
     float sum = 0.f;
     for_each_item<Cfg>([&](int k) {
@@ -148,7 +172,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     }
     if (!active) return;
 
-    const long long head_offset = (r % p.shape.heads) * Cfg::N;
     O* out = row_ptr_mut<O>(p.out, p.shape, r);
     for_each_item<Cfg>([&](int k) {
       if (!t.owns(k)) return;
@@ -156,8 +179,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       float v[VEC];
       get_h(k, v, false);
       float w[VEC], b[VEC];
-      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-      load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
+      if constexpr (EARLY_PARAMS) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          w[i] = is_none<W> ? 1.f : to_float(w_early[k].v[i]) + p.weight_offset;
+          b[i] = is_none<B> ? 0.f : to_float(b_early[k].v[i]);
+        }
+      } else {
+        load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+        load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
+      }
 #pragma unroll
       for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
       store_vec<VEC>(out + col, v);
