@@ -55,8 +55,15 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
     s.center = center;
-    s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
-    return {detail::fwd_source(s)};
+    // Calls of few rows may take another plan (RowPlan::early_params): both, each once.
+    std::vector<rt::KernelSource> fwd;
+    for (const bool few_rows : {false, true}) {
+      s.few_rows = few_rows;
+      s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
+      rt::KernelSource k = detail::fwd_source(s);
+      if (fwd.empty() || fwd.front().entry != k.entry) fwd.push_back(std::move(k));
+    }
+    return fwd;
   }
   detail::RmsBwdSpec s;
   s.n = v.n;

@@ -67,9 +67,9 @@ void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
 
 namespace {
 struct FwdKernel {
-
   RowPlan plan;
   rt::LoadedKernel kernel;
+  std::int64_t resident_groups = 0;  // plan.prefetch: clusters (CTAs) the device holds at once
 };
 }  // namespace
 
@@ -95,10 +95,11 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   // One kernel stores whichever of mean and rstd is asked for.
   spec.store_rstd = a.rstd != nullptr || mean != nullptr;
   spec.center = kind.center;
+  spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsForwardElements;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
-                        (spec.center ? 1LL << 25 : 0),
+                        (spec.center ? 1LL << 25 : 0) | (spec.few_rows ? 1LL << 26 : 0),
                     spec.n,
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
@@ -107,7 +108,14 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   if (!found) {
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan);
-    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream)};
+    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0};
+    if (spec.plan.prefetch) {
+      rt::LaunchConfig probe;
+      probe.block.x = static_cast<unsigned>(spec.plan.threads());
+      if (spec.plan.cluster > 1) probe.cluster = {static_cast<unsigned>(spec.plan.cluster), 1, 1};
+      found->resident_groups = std::max<std::int64_t>(
+          1, runtime.max_resident_ctas(found->kernel, probe) / spec.plan.cluster);
+    }
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
@@ -131,7 +139,10 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   p.weight_offset = a.weight_offset;
 
   rt::LaunchConfig cfg;
-  const std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
+  // The pipelined kernel walks rows: as many row groups as the device holds at
+  // once, each taking every resident_groups-th group of rows.
+  std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
+  if (plan.prefetch) groups = std::min(groups, found->resident_groups);
   cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};

@@ -135,7 +135,7 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
-         (prefetch ? " prefetch" : "") +
+         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -240,6 +240,20 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (in.backward && p.regs && p.row_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
+
+  // Forward rows of >= 512 threads (one or two CTAs per SM, N >= 16384 for 16-bit
+  // rows) walk rows persistently and prefetch the next (norm_fwd_kernel's
+  // PREFETCH): a CTA alone on its SM idled from the end of its loads to the next
+  // CTA's start (bf16 N=32768 0.81x copy, N=131072 0.69x; quack 0.98x there).
+  // Not measured yet on a GPU (branch wip/fwd-persistent).
+  if (!in.backward && p.regs && p.tpr >= 512 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
+      !in.center && !in.bias && in.arch >= 80)
+    p.prefetch = true;
+
+  // Forward calls of few rows load weight and bias with the row (one memory
+  // latency less per call; more registers, which they can spare). Not measured yet
+  // on a GPU (branch wip/fwd-persistent).
+  if (!in.backward && in.few_rows && p.regs && !p.prefetch && p.threads() <= 256) p.early_params = true;
 
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;

@@ -29,6 +29,8 @@ struct RowPlan {
   // Backward, register-resident rows: a persistent CTA loads its next row while it
   // finishes the current one (two register sets; norm_bwd_kernel's PREFETCH).
   bool prefetch = false;
+  // Forward, calls of few rows: weight and bias loaded with the row (norm_fwd_kernel's EARLY).
+  bool early_params = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -47,12 +49,21 @@ struct RowPlanInputs {
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
   // the host's: a plan with fewer launches beats one with more bandwidth there.
   bool few_rows = false;
-  // LayerNorm (the kernels' CENTER): its synced kernel carries a second chunk sum.
+  // LayerNorm (the kernels' CENTER): its synced backward carries a second chunk
+  // sum, and the forward pipeline is not planned for it.
   bool center = false;
+  // Forward: what the epilogue carries (the pipeline, `prefetch`, is planned only
+  // for rows without a residual, LayerNorm's centring or a bias: it keeps two raw
+  // rows under 1024 threads' 64 registers, and those spilled with it).
+  bool residual = false;
+  bool bias = false;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).
 inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
+// Forward calls up to this many elements (decode: M <= 128 at N = 8192) are
+// planned for latency rather than bandwidth (RowPlan::early_params).
+inline constexpr std::int64_t kFewRowsForwardElements = std::int64_t{1} << 20;
 
 RowPlan plan_rows(const RowPlanInputs& in);
 

@@ -72,6 +72,10 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(dtype_size(s.x));
   in.arch = arch;
+  in.residual = s.residual.has_value();
+  in.center = s.center;
+  in.bias = s.bias.has_value();
+  in.few_rows = s.few_rows;
   return plan_rows(in);
 }
 
@@ -119,7 +123,7 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   e << "nk::norm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
     << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
-    << ">";
+    << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ">";
   return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 

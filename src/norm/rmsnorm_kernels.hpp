@@ -21,6 +21,7 @@ struct RmsFwdSpec {
   DType out = DType::kBFloat16;
   bool store_rstd = false;  // rstd (and LayerNorm's mean) stored
   bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
+  bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
 };
 
 struct RmsBwdSpec {

@@ -417,6 +417,41 @@ void Runtime::prepare(const KernelSource& kernel, const std::vector<int>& device
   for (int device : devices) get(kernel, device);
 }
 
+std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const LaunchConfig& cfg) {
+  NK_CHECK(kernel.function != nullptr && kernel.compiled, "max_resident_ctas: kernel handle is empty");
+  const DriverApi& d = driver();
+  const auto fn = static_cast<CUfunction>(kernel.function);
+  ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
+  const unsigned cluster_size = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
+  const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
+  if (cfg.cluster.x == 0) {
+    int per_sm = 0;
+    NK_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, static_cast<int>(threads),
+                                                              cfg.shared_bytes));
+    return static_cast<std::int64_t>(per_sm) * device_info(kernel.device).sm_count;
+  }
+  if (cluster_size > 8) NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cfg.cluster.x;
+  attr.value.clusterDim.y = cfg.cluster.y;
+  attr.value.clusterDim.z = cfg.cluster.z;
+  CUlaunchConfig lc{};
+  // The grid must be a whole number of clusters; its size does not matter here.
+  lc.gridDimX = cfg.cluster.x;
+  lc.gridDimY = cfg.cluster.y;
+  lc.gridDimZ = cfg.cluster.z;
+  lc.blockDimX = cfg.block.x;
+  lc.blockDimY = cfg.block.y;
+  lc.blockDimZ = cfg.block.z;
+  lc.sharedMemBytes = cfg.shared_bytes;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  int clusters = 0;
+  NK_CU_CHECK(d.cuOccupancyMaxActiveClusters(&clusters, fn, &lc));
+  return static_cast<std::int64_t>(clusters) * cluster_size;
+}
+
 void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void** args) {
   NK_CHECK(kernel.function != nullptr && kernel.compiled, "launch: kernel handle is empty (use Runtime::get first)");
   const DriverApi& d = driver();

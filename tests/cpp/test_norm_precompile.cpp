@@ -39,8 +39,8 @@ std::string error_of(const std::function<void()>& call) {
 
 // The entries the dispatch compiles for calls of this variant on 16-byte-aligned
 // data (norm_fwd_cuda / plan_backward with center), written out independently of
-// the precompile code: the forward's one kernel; the backward's kernels for many
-// and for few rows, each once.
+// the precompile code: the forward's and the backward's kernels for many and for
+// few rows, each once.
 std::vector<std::string> dispatch_entries(const NormVariant& v, bool center) {
   const int arch = normkit::rt::Target::parse(kArch).arch;
   if (!v.backward) {
@@ -54,8 +54,15 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center) {
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
     s.center = center;
-    s.plan = plan_fwd(s, 8, arch);
-    return {fwd_source(s).entry};
+    // Many rows, and few rows when that plan differs (early_params).
+    std::vector<std::string> fwd;
+    for (const bool few_rows : {false, true}) {
+      s.few_rows = few_rows;
+      s.plan = plan_fwd(s, 8, arch);
+      const std::string entry = fwd_source(s).entry;
+      if (fwd.empty() || fwd.front() != entry) fwd.push_back(entry);
+    }
+    return fwd;
   }
   std::vector<std::string> entries;
   for (const bool few_rows : {false, true}) {

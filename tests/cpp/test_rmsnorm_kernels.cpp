@@ -67,6 +67,7 @@ const std::vector<FwdCase> kFwd = {
     {8192, f16, f16, f16, f16, f16, f32, true, 8},                  // out_dtype differs
     {32768, f32, {}, {}, f32, {}, f32, true, 8},                    // one CTA per row, fp32
     {131072, bf16, bf16, bf16, bf16, bf16, bf16, true, 8},          // cluster (sm_90+) / two-pass (sm_80)
+    {65536, bf16, {}, {}, f32, {}, bf16, true, 8},                  // pipelined rows (prefetch), fp32 weight
     {262144, f32, f32, f32, f32, f32, f32, true, 8},                // longest rows, fp32
     {1023, f16, f16, f32, bf16, f32, f16, true, 8},                 // odd N: scalar access
     {4096, bf16, {}, {}, f32, {}, bf16, false, 1},                  // unaligned data: scalar access
@@ -118,7 +119,6 @@ class RmsNormKernelSweep : public nktest::FreshRuntime {
 TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
   for (const FwdCase& c : kFwd) {
     RmsFwdSpec s;
-    s.plan = plan(c.n, c.x, false, false, GetParam(), c.max_vec);
     s.n = c.n;
     s.x = c.x;
     s.residual = c.residual;
@@ -127,6 +127,7 @@ TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
     s.bias = c.bias;
     s.out = c.out;
     s.store_rstd = c.rstd;
+    s.plan = plan_fwd(s, c.max_vec, arch_of(GetParam()));
     expect_clean(fwd_source(s), "fwd n=" + std::to_string(c.n) + " " + s.plan.str());
   }
 }
@@ -204,6 +205,33 @@ TEST(RmsNormPlan, CenteredSyncedPlanTakesTwoCtasPerSm) {
   const std::int64_t chunks = split_chunks(in.n, ln);
   EXPECT_TRUE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2)).synced);
   EXPECT_FALSE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2) - 1).synced);
+}
+
+// The forward pipeline (persistent rows, next row prefetched) only for 16-bit rows
+// of >= 512 threads whose epilogue leaves room for a second raw row: no residual,
+// no LayerNorm centring, no bias (those spilled under 64 registers).
+TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
+  auto fwd = [](std::int64_t n, DType x, bool residual, bool center, bool bias, int max_vec = 8) {
+    RowPlanInputs in;
+    in.n = n;
+    in.max_vec = max_vec;
+    in.x_bytes = static_cast<int>(dtype_size(x));
+    in.arch = 90;
+    in.residual = residual;
+    in.center = center;
+    in.bias = bias;
+    return plan_rows(in);
+  };
+  for (std::int64_t n : {16384, 32768, 131072, 262144}) {
+    EXPECT_TRUE(fwd(n, bf16, false, false, false).prefetch) << n;
+    EXPECT_TRUE(fwd(n, f16, false, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, true, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, true, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, false, true).prefetch) << n;
+    EXPECT_FALSE(fwd(n, f32, false, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, false, false, 4).prefetch) << n;  // 8-byte vectors
+  }
+  EXPECT_FALSE(fwd(4096, bf16, false, false, false).prefetch);  // several CTAs per SM already
 }
 
 TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
@@ -291,7 +319,6 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
     for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 131072, 262144}) {
       for (DType x : {bf16, f32}) {
         RmsFwdSpec f;
-        f.plan = plan(n, x, false, false, target);
         f.n = n;
         f.x = x;
         f.residual = x;
@@ -301,6 +328,7 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
         f.out = x;
         f.store_rstd = true;
         f.center = true;
+        f.plan = plan_fwd(f, 8, arch_of(target));
         auto kf = rt().compile(fwd_source(f), Target::parse(target));
         EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
         EXPECT_EQ(fwd_source(f).family, "layernorm_fwd");
@@ -333,14 +361,17 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
       // weight: same dtype as x, fp32 (the mixed-precision training case), none
       for (std::optional<DType> w : {std::optional<DType>(x), std::optional<DType>(f32), std::optional<DType>()}) {
         RmsFwdSpec f;
-        f.plan = plan(n, x, false, false, target);
         f.n = n;
         f.x = x;
         f.weight = w;
         f.out = x;
         f.store_rstd = true;
-        auto kf = rt().compile(fwd_source(f), Target::parse(target));
-        EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        for (const bool few_rows : {false, true}) {  // few rows: weight loaded with the row (early_params)
+          f.few_rows = few_rows;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          auto kf = rt().compile(fwd_source(f), Target::parse(target));
+          EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+        }
         for (const bool few_rows : {false, true}) {  // the grid's M=1/199 calls and its M=8192 ones
           RmsBwdSpec b;
           b.n = n;

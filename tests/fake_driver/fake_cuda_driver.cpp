@@ -172,6 +172,23 @@ CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) 
   *v = a == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES && local ? std::atoi(local) : 0;
   return CUDA_SUCCESS;
 }
+// Occupancy: FAKE_CUDA_BLOCKS_PER_SM CTAs per SM (default 1); clusters: the fake
+// device's 132 SMs / CTAs per cluster, less FAKE_CUDA_CLUSTER_SHORTFALL clusters
+// (the GPC remainder a real GPU leaves: 30 clusters of 4 on an H200, not 33).
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction, int, size_t) {
+  const char* v = std::getenv("FAKE_CUDA_BLOCKS_PER_SM");
+  *n = v ? std::atoi(v) : 1;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* n, CUfunction, const CUlaunchConfig* cfg) {
+  unsigned cluster = 0;
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) cluster = cfg->attrs[i].value.clusterDim.x;
+  if (cluster == 0 || cfg->gridDimX % cluster) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  const char* shortfall = std::getenv("FAKE_CUDA_CLUSTER_SHORTFALL");
+  *n = 132 / static_cast<int>(cluster) - (shortfall ? std::atoi(shortfall) : 0);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void**, void**) {
   auto* fn = reinterpret_cast<FakeFunction*>(f);
   const int device = current_device();

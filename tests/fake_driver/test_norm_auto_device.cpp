@@ -100,3 +100,31 @@ TEST_F(NormAutoDevice, MixedPlacementsAreErrorsNamingTheArgument) {
   EXPECT_NE(e.find("cuda:1"), std::string::npos) << e;
   EXPECT_EQ(launches(0) + launches(1), 0) << "nothing may run after a failed check";
 }
+
+// The pipelined forward (RowPlan::prefetch: 16-bit rows of >= 512 threads, no
+// residual) walks rows persistently: its grid is what the driver says the device
+// holds at once, in whole clusters, never more (a cluster that is not resident
+// would start only when the others have finished every row), and never more
+// than there are rows.
+TEST_F(NormAutoDevice, PipelinedForwardGridIsWhatTheDeviceHoldsAtOnce) {
+  setenv("FAKE_CUDA_CLUSTER_SHORTFALL", "3", 1);  // 30 clusters of 4 resident, not 132 / 4 = 33
+  constexpr std::int64_t n = 131072;
+  auto args = [&](std::int64_t rows) {
+    RmsNormFwdArgs a;
+    a.shape = {rows, n, 0};
+    a.x = Rows::strided(on(0, 0), DType::kBFloat16, n);
+    a.out = Rows::strided(on(0, 1ULL << 30), DType::kBFloat16, n);
+    a.weight = {on(0, 1ULL << 31), DType::kBFloat16};
+    return a;
+  };
+  unsigned grid = 0, cluster = 0;
+  int pdl = 0, device = -1;
+  rmsnorm_fwd(args(4096));
+  probe_.last_launch(&grid, &cluster, &pdl, &device);
+  EXPECT_EQ(cluster, 4u);
+  EXPECT_EQ(grid, 30u * 4u);
+  rmsnorm_fwd(args(8));  // fewer rows than resident clusters: one cluster per row
+  probe_.last_launch(&grid, &cluster, &pdl, &device);
+  EXPECT_EQ(grid, 8u * 4u);
+  unsetenv("FAKE_CUDA_CLUSTER_SHORTFALL");
+}

@@ -55,17 +55,20 @@ __device__ __forceinline__ void cluster_store(float* local, unsigned rank, float
 template <int ROWS, int TPR, int CLUSTER>
 struct RowReduceStorage {
   static constexpr int WARPS = TPR > 32 ? TPR / 32 : 1;
-  float warp_partial[2][ROWS][WARPS];  // [SLOT]: ONCE reductions of one kernel use their own
+  float warp_partial[4][ROWS][WARPS];  // [SLOT]: ONCE reductions of one kernel use their own
   float cta_partial[ROWS];
   // ONCE reductions: slot c holds CTA c's partial, written by CTA c into every
-  // CTA; one set per reduction of the kernel (LayerNorm's forward has two).
-  float cta_partials[2][ROWS][CLUSTER];
+  // CTA; one set per reduction of the kernel (LayerNorm's forward has two), and
+  // two such pairs for kernels that walk rows and alternate between them.
+  float cta_partials[4][ROWS][CLUSTER];
 };
 
 // Sum of v over the TPR threads of row `sub` (and over the cluster's CTAs).
 //
-// ONCE: the kernel calls it at most once per SLOT (0 or 1) in each CTA (one row
-// per CTA, then exits). The cluster step then pushes each CTA's partial into
+// ONCE: the kernel calls it at most once per SLOT (0-3) in each CTA (one row
+// per CTA, then exits), or alternates between slot sets from one row to the next
+// (a pipelined kernel: a CTA reuses a slot two rows later, after a barrier of the
+// row between that every CTA reaches only once it has read the slot). The cluster step then pushes each CTA's partial into
 // every CTA's shared memory and needs one cluster barrier instead of two: after
 // it no CTA reads or writes that slot set remotely again, so any CTA may go on or
 // exit. Kernels that reduce again in one slot (walking rows) must not use it,
@@ -75,7 +78,7 @@ template <int ROWS, int TPR, int CLUSTER, bool ONCE = false, int SLOT = 0>
 __device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowReduceStorage<ROWS, TPR, CLUSTER>& s) {
   constexpr int WIDTH = TPR < 32 ? TPR : 32;
   v = group_sum<WIDTH>(v);
-  static_assert(SLOT == 0 || SLOT == 1, "two slot sets");
+  static_assert(SLOT >= 0 && SLOT < 4, "four slot sets");
   if constexpr (TPR > 32) {
     constexpr int WARPS = TPR / 32;
     if ((lane_in_row & 31) == 0) s.warp_partial[SLOT][sub][lane_in_row / 32] = v;

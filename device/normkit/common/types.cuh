@@ -23,6 +23,18 @@ inline constexpr bool is_none = false;
 template <>
 inline constexpr bool is_none<none> = true;
 
+// T, or Fallback where T is `none` (a type to declare storage with that is never used).
+template <class T, class Fallback>
+struct or_type {
+  using type = T;
+};
+template <class Fallback>
+struct or_type<none, Fallback> {
+  using type = Fallback;
+};
+template <class T>
+inline constexpr int size_or_zero = is_none<T> ? 0 : static_cast<int>(sizeof(typename or_type<T, char>::type));
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 // bf16 is the top half of an fp32: widening is a shift (no cvt needed, works on sm_80).
 __device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }

@@ -19,20 +19,25 @@
 
 namespace nk {
 
-template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER>
+// A compile-time int passed to a generic lambda.
+template <int V>
+struct IntTag {
+  static constexpr int value = V;
+};
+
+// PREFETCH (register-resident rows without a residual): the grid is persistent,
+// a CTA (cluster) walks rows with a fixed stride and loads its next row into a
+// second register set before it reduces and stores the current one, so its SM
+// keeps loads in flight through every row's barrier and stores. Without it a
+// 1024-thread CTA, alone on its SM, stops loading from the end of its row's loads
+// to the next CTA's start (bf16 N=32768: 0.81x copy; ncu at N=131072: 48%
+// achieved occupancy, DRAM at 46% of peak).
+// EARLY (plans for calls of few rows): weight and bias are loaded with the row,
+// not after its reduction (see EARLY_PARAMS below).
+template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
+          bool PREFETCH, bool EARLY>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  __shared__ typename Cfg::Reduce reduce_storage;
-  const RowThread<Cfg> t = RowThread<Cfg>::make();
-  const long long row = static_cast<long long>(blockIdx.x / Cfg::CLUSTER) * Cfg::ROWS + t.sub;
-  // Threads past the last row still take part in the (barrier-carrying) reduction.
-  const bool active = row < p.shape.rows;
-  const long long r = active ? row : 0;
-
-  const X* x = row_ptr<X>(p.x, p.shape, r);
-  const R* res = nullptr;
-  if constexpr (!is_none<R>) res = row_ptr<R>(p.residual, p.shape, r);
-
   // REGS without a residual: the row stays in registers as loaded (its storage
   // dtype: half the registers of fp32 for 16-bit data), and all of a thread's
   // loads are issued before any is used. Loaded and converted item by item, the
@@ -42,95 +47,179 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // both raw rows spilled under the 64 registers of 1024-thread CTAs.
   constexpr bool RAW = Cfg::REGS && is_none<R>;
   constexpr bool H32 = Cfg::REGS && !is_none<R>;
-  RawVec<X, VEC> x_raw[RAW ? Cfg::ITEMS : 1];
-  float h[H32 ? Cfg::ITEMS : 1][VEC];
-  if constexpr (RAW) {
-    for_each_item<Cfg>([&](int k) {
-      if (!active || !t.owns(k)) return;
-      x_raw[k].load(x + t.column(k));
-    });
-  }
-  auto load_h = [&](int k, float (&v)[VEC]) {
-    const int col = t.column(k);
-    load_vec<VEC>(x + col, v);
-    if constexpr (!is_none<R>) {
-      float rv[VEC];
-      load_vec<VEC>(res + col, rv);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] += rv[i];
-    }
+  static_assert(!PREFETCH || RAW, "the pipeline keeps raw rows without a residual");
+  __shared__ typename Cfg::Reduce reduce_storage;
+  const RowThread<Cfg> t = RowThread<Cfg>::make();
+  using RawRow = RawVec<X, VEC>[RAW ? Cfg::ITEMS : 1];
+
+  // The thread's row of the step starting at `base` (uniform across the CTA).
+  struct RowAt {
+    long long r;
+    bool active;  // threads past the last row still take part in the (barrier-carrying) reductions
   };
-  // h = x (+ residual) of item k, in fp32. `first`: its first use (pass 1).
-  auto get_h = [&](int k, float (&v)[VEC], bool first) {
+  auto locate = [&](long long base) {
+    const long long row = base + t.sub;
+    return RowAt{row < p.shape.rows ? row : 0, row < p.shape.rows};
+  };
+  auto load_raw = [&](const RowAt& at, RawRow& raw) {
     if constexpr (RAW) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = first ? x_raw[k].get(i) : x_raw[k].get_again(i);
-    } else if constexpr (H32) {
-      if (first) {
-        load_h(k, v);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) h[k][i] = v[i];
-      } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) v[i] = h[k][i];
-      }
-    } else {
-      load_h(k, v);
+      const X* x = row_ptr<X>(p.x, p.shape, at.r);
+      for_each_item<Cfg>([&](int k) {
+        if (!at.active || !t.owns(k)) return;
+        raw[k].load(x + t.column(k));
+      });
     }
   };
 
-  // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
-  float sum = 0.f;
-  for_each_item<Cfg>([&](int k) {
-    if (!active || !t.owns(k)) return;
-    float v[VEC];
-    get_h(k, v, true);
-    if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
+  // Reductions, statistics and stores of one row, all reductions ONCE (one
+  // cluster barrier each): the kernel's only row per CTA, or, in the pipeline,
+  // with SLOT0 alternating between 0 and 2 from row to row, so that a CTA pushing
+  // the next row's partials never overwrites slots another CTA of the cluster has
+  // yet to read (reduce.cuh).
+  auto finish_row = [&](auto slot_tag, const RowAt& at, const RawRow& raw) {
+    constexpr int SLOT0 = decltype(slot_tag)::value;
+    const long long r = at.r;
+    const bool active = at.active;
+    const X* x = row_ptr<X>(p.x, p.shape, r);
+    const R* res = nullptr;
+    if constexpr (!is_none<R>) res = row_ptr<R>(p.residual, p.shape, r);
+    float h[H32 ? Cfg::ITEMS : 1][VEC];
+    auto load_h = [&](int k, float (&v)[VEC]) {
+      const int col = t.column(k);
+      load_vec<VEC>(x + col, v);
+      if constexpr (!is_none<R>) {
+        float rv[VEC];
+        load_vec<VEC>(res + col, rv);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
-  });
-  // One row per CTA, each reduction once: ONCE (one cluster barrier, not two).
-  sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, 0>(sum, t.sub, t.lane, reduce_storage);
-  float mean = 0.f;
-  if constexpr (CENTER) {
-    mean = sum / static_cast<float>(Cfg::N);
-    float sq = 0.f;
+        for (int i = 0; i < VEC; ++i) v[i] += rv[i];
+      }
+    };
+    // h = x (+ residual) of item k, in fp32. `first`: its first use (pass 1).
+    auto get_h = [&](int k, float (&v)[VEC], bool first) {
+      if constexpr (RAW) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[i] = first ? raw[k].get(i) : raw[k].get_again(i);
+      } else if constexpr (H32) {
+        if (first) {
+          load_h(k, v);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) h[k][i] = v[i];
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[i] = h[k][i];
+        }
+      } else {
+        load_h(k, v);
+      }
+    };
+
+    // Calls of few rows (EARLY) whose row is raw in registers load weight and bias
+    // with the row instead of after the reduction: such a call is a chain of memory
+    // latencies (row, then parameters), and this takes one link out (decode: M=1,
+    // N=4096 bf16 took 3.9 us by graph replay where a copy took 1.6 and three peers
+    // 2.2). It costs registers (bf16 N=4096: 72 instead of 40, half the CTAs per
+    // SM), which is why calls of many rows keep the late load.
+    constexpr bool EARLY_PARAMS = EARLY && RAW && !PREFETCH && Cfg::THREADS <= 256 &&
+                                  Cfg::ITEMS * VEC * (size_or_zero<W> + size_or_zero<B>) <= 64;
+    using WP = Packed<typename or_type<W, float>::type, VEC>;
+    using BP = Packed<typename or_type<B, float>::type, VEC>;
+    WP w_early[EARLY_PARAMS && !is_none<W> ? Cfg::ITEMS : 1];
+    BP b_early[EARLY_PARAMS && !is_none<B> ? Cfg::ITEMS : 1];
+    const long long head_offset = (r % p.shape.heads) * Cfg::N;
+    if constexpr (EARLY_PARAMS) {
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        const int col = t.column(k);
+        if constexpr (!is_none<W>) w_early[k] = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col);
+        if constexpr (!is_none<B>) b_early[k] = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col);
+      });
+    }
+
+    // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
+    float sum = 0.f;
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float v[VEC];
-      get_h(k, v, false);
+      get_h(k, v, true);
+      if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
+      for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
     });
-    sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, 1>(sq, t.sub, t.lane, reduce_storage);
-  }
-  // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
-  const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
-  if constexpr (STORE_RSTD) {
-    // STORE_RSTD: the row statistics asked for (LayerNorm: mean and rstd, each optional).
-    if (active && t.lane == 0 && t.rank == 0) {
-      if (p.rstd != nullptr) p.rstd[r] = rstd;
-      if constexpr (CENTER) {
-        if (p.mean != nullptr) p.mean[r] = mean;
+    sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sum, t.sub, t.lane, reduce_storage);
+    float mean = 0.f;
+    if constexpr (CENTER) {
+      mean = sum / static_cast<float>(Cfg::N);
+      float sq = 0.f;
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        float v[VEC];
+        get_h(k, v, false);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
+      });
+      sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(sq, t.sub, t.lane, reduce_storage);
+    }
+    // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
+    const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
+    if constexpr (STORE_RSTD) {
+      // The row statistics asked for (LayerNorm: mean and rstd, each optional).
+      if (active && t.lane == 0 && t.rank == 0) {
+        if (p.rstd != nullptr) p.rstd[r] = rstd;
+        if constexpr (CENTER) {
+          if (p.mean != nullptr) p.mean[r] = mean;
+        }
       }
     }
-  }
-  if (!active) return;
+    if (!active) return;
 
-  const long long head_offset = (r % p.shape.heads) * Cfg::N;
-  O* out = row_ptr_mut<O>(p.out, p.shape, r);
-  for_each_item<Cfg>([&](int k) {
-    if (!t.owns(k)) return;
-    const int col = t.column(k);
-    float v[VEC];
-    get_h(k, v, false);
-    float w[VEC], b[VEC];
-    load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-    load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
+    O* out = row_ptr_mut<O>(p.out, p.shape, r);
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      const int col = t.column(k);
+      float v[VEC];
+      get_h(k, v, false);
+      float w[VEC], b[VEC];
+      if constexpr (EARLY_PARAMS) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
-    store_vec<VEC>(out + col, v);
-  });
+        for (int i = 0; i < VEC; ++i) {
+          w[i] = is_none<W> ? 1.f : to_float(w_early[k].v[i]) + p.weight_offset;
+          b[i] = is_none<B> ? 0.f : to_float(b_early[k].v[i]);
+        }
+      } else {
+        load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+        load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
+      }
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
+      store_vec<VEC>(out + col, v);
+    });
+  };
+
+  const long long first = static_cast<long long>(blockIdx.x / Cfg::CLUSTER) * Cfg::ROWS;
+  RawRow raw_a;
+  if constexpr (!PREFETCH) {
+    // One row (group) per CTA: each reduction once (one cluster barrier, not two).
+    const RowAt at = locate(first);
+    load_raw(at, raw_a);
+    finish_row(IntTag<0>{}, at, raw_a);
+  } else {
+    // Two register sets with alternating roles, unrolled by two so that no set is
+    // copied (a copy would wait for the loads it is meant to overlap), and the
+    // slot sets of the reductions alternating with them.
+    const long long stride = static_cast<long long>(gridDim.x / Cfg::CLUSTER) * Cfg::ROWS;
+    RawRow raw_b;
+    RowAt at_a = locate(first);
+    load_raw(at_a, raw_a);
+    for (long long base = first; base < p.shape.rows; base += 2 * stride) {
+      const RowAt at_b = locate(base + stride);
+      load_raw(at_b, raw_b);
+      finish_row(IntTag<0>{}, at_a, raw_a);
+      if (base + stride >= p.shape.rows) break;
+      at_a = locate(base + 2 * stride);
+      load_raw(at_a, raw_a);
+      finish_row(IntTag<2>{}, at_b, raw_b);
+    }
+  }
 }
 
 }  // namespace nk

@@ -109,6 +109,11 @@ class Runtime {
   // Launches `kernel` on config.stream under a guard for kernel.device.
   // args: pointers to each kernel parameter, as for cuLaunchKernel.
   void launch(const LoadedKernel& kernel, const LaunchConfig& config, void** args);
+  // How many CTAs of `kernel` launched as `config` (block, cluster, dynamic shared
+  // memory; grid and stream are not read) the device holds at once, in whole
+  // clusters: the driver's occupancy answer, for persistent grids (a persistent
+  // cluster that is not resident would run only after the others finish).
+  std::int64_t max_resident_ctas(const LoadedKernel& kernel, const LaunchConfig& config);
   // True when `stream` is being captured into a CUDA graph.
   bool stream_is_capturing(Stream stream, int device);
   // Zeroes `words` 32-bit words of device memory at `pointer` on `stream`
