@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
   constexpr int SUMS = (DW || SUM_DB) ? ACC : 1;
-  __shared__ typename Cfg::Reduce reduce_storage;
+  __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, CENTER ? 2 : 1> reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
   extern __shared__ __align__(16) unsigned char stash_memory[];
   using Stash = RowStash<Cfg, X, DY>;
@@ -228,13 +228,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       }
     }
 
+    // LayerNorm's two sums in one reduction: one set of barriers per row.
+    float sums[CENTER ? 2 : 1];
+    sums[0] = dot.gx;
+    if constexpr (CENTER) sums[CENTER ? 1 : 0] = dot.g;
+    row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(sums, t.sub, t.lane, reduce_storage);
     RowDots means;
-    means.gx_mean = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot.gx, t.sub, t.lane, reduce_storage) /
-                    static_cast<float>(Cfg::N);
-    means.g_mean = 0.f;
-    if constexpr (CENTER)
-      means.g_mean = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(dot.g, t.sub, t.lane, reduce_storage) /
-                     static_cast<float>(Cfg::N);
+    means.gx_mean = sums[0] / static_cast<float>(Cfg::N);
+    means.g_mean = CENTER ? sums[CENTER ? 1 : 0] / static_cast<float>(Cfg::N) : 0.f;
     if (!at.active) return;
 
     for_each_item<Cfg>([&](int k) {

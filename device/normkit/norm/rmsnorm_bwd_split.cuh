@@ -103,11 +103,15 @@ __device__ __forceinline__ float* chunk_sums(const NormBwdParams& p, long long r
 
 // The CTA's chunk sums reduced over its threads (every thread gets them).
 template <class Cfg, bool CENTER>
-__device__ __forceinline__ DotAccumulator<CENTER> chunk_total(const DotAccumulator<CENTER>& mine,
-                                                              RowReduceStorage<1, Cfg::TPR, 1>& storage) {
+__device__ __forceinline__ DotAccumulator<CENTER> chunk_total(
+    const DotAccumulator<CENTER>& mine, RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1>& storage) {
+  float sums[CENTER ? 2 : 1];
+  sums[0] = mine.gx;
+  if constexpr (CENTER) sums[CENTER ? 1 : 0] = mine.g;
+  row_sums<1, Cfg::TPR, 1>(sums, 0, static_cast<int>(threadIdx.x), storage);
   DotAccumulator<CENTER> total;
-  total.gx = row_sum<1, Cfg::TPR, 1>(mine.gx, 0, static_cast<int>(threadIdx.x), storage);
-  if constexpr (CENTER) total.g = row_sum<1, Cfg::TPR, 1>(mine.g, 0, static_cast<int>(threadIdx.x), storage);
+  total.gx = sums[0];
+  if constexpr (CENTER) total.g = sums[CENTER ? 1 : 0];
   return total;
 }
 
@@ -124,7 +128,7 @@ __device__ __forceinline__ float mean_of_chunk_sums(int lane, Load&& load) {
 template <class Cfg, class X, class W, class DY, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
   const long long b = blockIdx.x;
   const int chunk = static_cast<int>(b % Cfg::CHUNKS);
   const long long r = b / Cfg::CHUNKS;
@@ -211,7 +215,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
 template <class Cfg, class X, class DY, class DRO, class DX, class DR, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  __shared__ RowReduceStorage<1, Cfg::TPR, 1> reduce_storage;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
   __shared__ unsigned ticket_shared;
   __shared__ RowDots means_shared;
   if (threadIdx.x == 0) ticket_shared = atomicAdd(p.sync_counters, 1u);
