@@ -243,7 +243,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
       const int too_few = static_cast<int>((split_chunks(n, p) - 1) / p.min_blocks);
       const RowPlan small = fit_to_device(p, n, too_few);
       EXPECT_FALSE(small.synced) << n << " " << small.str();
-      EXPECT_LT(small.min_blocks, p.min_blocks);
+      EXPECT_LE(small.min_blocks, p.min_blocks);
       EXPECT_TRUE(fit_to_device(p, n, too_few + 1).synced) << n;
     }
   }

@@ -83,8 +83,8 @@ struct NormBwdParams {
   // published their sums; zeroed before each launch.
   unsigned* sync_counters;
   // Synced split plans: how long a CTA waits for its row's other chunk sums before
-  // it computes them itself (globaltimer ns); see rmsnorm_bwd_synced_kernel.
-  unsigned long long sync_timeout_ns;
+  // it computes them itself (globaltimer ns, below 2^32); see norm_bwd_synced_kernel.
+  unsigned sync_timeout_ns;
   float weight_offset;
 };
 

@@ -226,10 +226,8 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
   const int chunk = static_cast<int>(ticket % Cfg::CHUNKS);
   const long long r = ticket / Cfg::CHUNKS;
   const auto row = NormBwdRow<VEC, X, none, DY, DRO, DX, DR, CENTER>::make(p, r, 0);
-  const X* h = row_ptr<X>(p.x, p.shape, r);
-  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
   ChunkRegs<Cfg, X, DY> regs;
-  regs.load(h, dy, chunk);
+  regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
   const DotAccumulator<CENTER> total = chunk_total<Cfg>(regs.dot(row, chunk), reduce_storage);
   float* gx_sums = chunk_sums<Cfg>(p, r, 0);
   float* g_sums = chunk_sums<Cfg>(p, r, 1);
@@ -240,14 +238,20 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
     unsigned* published = p.sync_counters + 1 + r;
     atomicAdd(published, 1u);
     unsigned seen;
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    // The low 32 bits of the ns timer (wrapping every 4.3 s; the signed difference
+    // to the deadline stays right for any timeout below 2^31 ns), one register for
+    // the deadline: 64-bit timers, or start and now both live, cost the registers
+    // that made this kernel spill at its 80-register cap.
+    unsigned deadline;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
+    deadline += p.sync_timeout_ns;
     int timed_out = 0;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(published) : "memory");
       if (seen >= static_cast<unsigned>(Cfg::CHUNKS)) break;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      if (now - start >= p.sync_timeout_ns) {
+      unsigned now;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
+      if (static_cast<int>(now - deadline) >= 0) {
         timed_out = 1;
         break;
       }
@@ -257,21 +261,17 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
     timed_out_shared = timed_out;
   }
   __syncthreads();
-  // The row's means from chunk sums read by `sum_of(which, chunk)`, in chunk order.
-  auto means_from = [&](auto&& sum_of) {
+  if (!timed_out_shared) {
+    // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
     if (threadIdx.x < 32) {
       const int lane = static_cast<int>(threadIdx.x);
-      const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return sum_of(0, c); });
+      const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(gx_sums + c); });
       float g_mean = 0.f;
-      if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return sum_of(1, c); });
+      if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(g_sums + c); });
       if (threadIdx.x == 0) means_shared = RowDots{gx_mean, g_mean};
     }
     __syncthreads();
-    return means_shared;
-  };
-  if (!timed_out_shared) {
-    // Read from L2 (__ldcg: other SMs wrote them).
-    const RowDots means = means_from([&](int which, int c) { return __ldcg((which == 0 ? gx_sums : g_sums) + c); });
+    const RowDots means = means_shared;
     regs.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
       row.store_dx(col, xh, g, means);
     });
@@ -279,6 +279,8 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
   }
   // Timed out: every chunk sum of the row from here (the chunk's own arithmetic),
   // then this chunk again from memory, so that `regs` need not stay live.
+  const X* h = row_ptr<X>(p.x, p.shape, r);
+  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
   for (int c = 0; c < Cfg::CHUNKS; ++c) {
     ChunkRegs<Cfg, X, DY> other;
     other.load(h, dy, c);
@@ -289,7 +291,15 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
     }
   }
   __syncthreads();
-  const RowDots means = means_from([&](int which, int c) { return fallback_sums[CENTER ? which : 0][c]; });
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return fallback_sums[0][c]; });
+    float g_mean = 0.f;
+    if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return fallback_sums[CENTER ? 1 : 0][c]; });
+    if (threadIdx.x == 0) means_shared = RowDots{gx_mean, g_mean};
+  }
+  __syncthreads();
+  const RowDots means = means_shared;
   ChunkRegs<Cfg, X, DY> again;
   again.load(h, dy, chunk);
   again.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
