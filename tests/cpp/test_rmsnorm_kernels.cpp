@@ -199,7 +199,7 @@ TEST(RmsNormPlan, CenteredSyncedPlanTakesTwoCtasPerSm) {
   in.center = true;
   const RowPlan ln = plan_rows(in);
   ASSERT_TRUE(rms.synced && ln.synced) << rms.str() << " / " << ln.str();
-  EXPECT_EQ(rms.min_blocks, 3);
+  EXPECT_EQ(rms.min_blocks, 2);  // the timeout made three spill (kSyncedBlocks)
   EXPECT_EQ(ln.min_blocks, 2);
   const std::int64_t chunks = split_chunks(in.n, ln);
   EXPECT_TRUE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2)).synced);
