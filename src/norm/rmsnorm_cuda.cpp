@@ -315,6 +315,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
       per_chunk.stream = a.stream;
       if (plan.synced) {
         p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
+        p.sync_timeout_ns = runtime.config().sync_timeout_us * 1000ull;
         runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
         runtime.launch(l.kernels.rows, per_chunk, args);
       } else {

@@ -88,10 +88,12 @@ constexpr int kSplitBlocks = 2;
 // eager, 7579fb6). Three CTAs per SM (85 registers; bf16 spilled under the 64 of
 // four) keep loads in flight while others wait; the wait needs CHUNKS CTAs
 // resident at once, which the dispatcher checks against the device (fit_to_device).
-constexpr int kSyncedBlocks = 3;
-// LayerNorm's synced kernel (two chunk sums) spilled 4 bytes under the 80
-// registers of three CTAs per SM (bf16 N=131072, sm_90a): two CTAs per SM for it.
-// Not yet measured against three on a GPU.
+// With the wait's timeout (branch wip/synced-timeout-2) the bf16 kernel spilled 8
+// bytes under the 80 registers of three CTAs per SM, so it takes two (128
+// registers): to be measured against three on a GPU before this lands.
+constexpr int kSyncedBlocks = 2;
+// LayerNorm's synced kernel (two chunk sums) spilled 4 bytes at three CTAs per SM
+// even without the timeout (bf16 N=131072, sm_90a).
 constexpr int kSyncedBlocksCentered = 2;
 
 void plan_split(const RowPlanInputs& in, RowPlan& p) {

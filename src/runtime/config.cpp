@@ -49,6 +49,18 @@ Config Config::from_environment() {
   c.ptxas_verbose = env_flag("NORMKIT_PTXAS_VERBOSE");
   c.assert_no_spills = env_flag("NORMKIT_ASSERT_NO_SPILLS");
   c.log_compiles = env_flag("NORMKIT_LOG_COMPILES");
+  if (auto t = env_string("NORMKIT_SYNC_TIMEOUT_US"); !t.empty()) {
+    std::size_t used = 0;
+    unsigned long long us = 0;
+    try {
+      us = std::stoull(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    NK_CHECK(used == t.size() && t[0] >= '0' && t[0] <= '9', "NORMKIT_SYNC_TIMEOUT_US='", t,
+             "' is not a whole number of microseconds (>= 0)");
+    c.sync_timeout_us = us;
+  }
   c.lineinfo = env_flag("NORMKIT_LINEINFO");
   std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));
   for (std::string f; flags >> f;) c.extra_nvrtc_flags.push_back(f);

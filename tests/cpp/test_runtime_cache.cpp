@@ -78,6 +78,25 @@ TEST_F(RuntimeCache, BadModeIsAClearError) {
   unsetenv("NORMKIT_CACHE_MODE");
 }
 
+TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
+  unsetenv("NORMKIT_SYNC_TIMEOUT_US");
+  EXPECT_EQ(Config::from_environment().sync_timeout_us, 2000u);
+  setenv("NORMKIT_SYNC_TIMEOUT_US", "0", 1);
+  EXPECT_EQ(Config::from_environment().sync_timeout_us, 0u);
+  setenv("NORMKIT_SYNC_TIMEOUT_US", "150", 1);
+  EXPECT_EQ(Config::from_environment().sync_timeout_us, 150u);
+  for (const char* bad : {"-1", "1.5", "2ms", "x", " 5"}) {
+    setenv("NORMKIT_SYNC_TIMEOUT_US", bad, 1);
+    try {
+      Config::from_environment();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const normkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NORMKIT_SYNC_TIMEOUT_US"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("NORMKIT_SYNC_TIMEOUT_US");
+}
+
 TEST_F(RuntimeCache, RunOnlyMissIsAnErrorAndHitWorks) {
   setenv("NORMKIT_RUN_ONLY", "1", 1);
   fresh();

@@ -375,6 +375,29 @@ def test_long_rows_without_weight_one_synced_kernel(xdt, m, n):
         assert torch.equal(o, runs[0][0]), "dx from a concurrent call differs"
 
 
+@pytest.mark.parametrize("xdt,m,n", [(FP32, 16, 262144), (BF16, 8, 131077)], ids=["fp32-N262144", "bf16-N131077"])
+def test_synced_kernel_timeout_path_gives_the_same_bits(xdt, m, n, monkeypatch):
+    # NORMKIT_SYNC_TIMEOUT_US=0: CTAs that find their row's chunk sums incomplete
+    # compute them all themselves (the path a process with fewer SMs than the device
+    # takes instead of hanging). dx must be bitwise what the waiting path gives.
+    # Few rows: on that path every CTA reads its whole row.
+    import normkit
+    x, dout = rand((m, n), xdt), rand((m, n), xdt)
+    _, _, rstd = rmsnorm_fwd(x, None, eps=EPS, store_rstd=True)
+    waited = rmsnorm_bwd(x, None, dout, rstd)[0]
+    monkeypatch.setenv("NORMKIT_SYNC_TIMEOUT_US", "0")
+    normkit._C.reload_config()
+    try:
+        for _ in range(3):
+            assert torch.equal(rmsnorm_bwd(x, None, dout, rstd)[0], waited), "dx differs on the timeout path"
+    finally:
+        monkeypatch.delenv("NORMKIT_SYNC_TIMEOUT_US")
+        normkit._C.reload_config()
+    _, _, _, rstd_ref = ref_forward(x)
+    dx_ref, _, _ = ref_backward(x, None, dout, rstd_ref)
+    check("dx", waited, dx_ref)
+
+
 @pytest.mark.parametrize("xdt,n", [(BF16, 1023), (FP32, 4097)], ids=["bf16-N1023", "fp32-N4097"])
 def test_no_writes_to_inputs_or_guards(xdt, n):
     # Every input of forward and backward (h included) is a strided, unaligned view

@@ -82,6 +82,9 @@ struct NormBwdParams {
   // Synced split plans: [0] the next ticket, [1 + r] chunks of row r that have
   // published their sums; zeroed before each launch.
   unsigned* sync_counters;
+  // Synced split plans: how long a CTA waits for its row's other chunk sums before
+  // it computes them itself (globaltimer ns, below 2^32); see norm_bwd_synced_kernel.
+  unsigned sync_timeout_ns;
   float weight_offset;
 };
 

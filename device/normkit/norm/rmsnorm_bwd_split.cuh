@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
 
 // Kernels 1 and 2 in one, for rows without dw/db. A CTA takes a ticket, its place
 // in the order in which CTAs actually started; the ticket names its (row, chunk).
-// It loads its chunk of h and dout into registers, publishes the chunk's sum,
+// It loads its chunk of h and dout into registers, publishes the chunk's sums,
 // waits until every chunk of its row has published, adds the sums in chunk order
 // and writes dx from the registers.
 // Why the wait cannot deadlock: a row's chunks hold consecutive tickets, and
@@ -211,13 +211,19 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
 // running ones; as long as the GPU holds CHUNKS CTAs at once (the host plans this
 // kernel only where CHUNKS <= SMs x MIN_BLOCKS: fit_to_device), all of that row's
 // chunks get to run and publish, the row finishes, and the next row becomes the
-// oldest.
+// oldest. Where a process gets fewer SMs than the device has (MPS limits, green
+// contexts), that can fail; so a CTA that has waited sync_timeout_ns computes every
+// chunk sum of its row itself, reading the row once more. It does so with the same
+// thread layout and block reduction as each chunk's own CTA: the same bits, so dx
+// does not depend on which CTAs waited.
 template <class Cfg, class X, class DY, class DRO, class DX, class DR, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
   __shared__ unsigned ticket_shared;
   __shared__ RowDots means_shared;
+  __shared__ int timed_out_shared;
+  __shared__ float fallback_sums[CENTER ? 2 : 1][Cfg::CHUNKS];
   if (threadIdx.x == 0) ticket_shared = atomicAdd(p.sync_counters, 1u);
   __syncthreads();
   const unsigned ticket = ticket_shared;
@@ -236,25 +242,71 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
     unsigned* published = p.sync_counters + 1 + r;
     atomicAdd(published, 1u);
     unsigned seen;
+    // The low 32 bits of the ns timer (wrapping every 4.3 s; the signed difference
+    // to the deadline stays right for any timeout below 2^31 ns), one register for
+    // the deadline: 64-bit timers, or start and now both live, cost the registers
+    // that made this kernel spill at its 80-register cap.
+    unsigned deadline;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
+    deadline += p.sync_timeout_ns;
+    int timed_out = 0;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(published) : "memory");
       if (seen >= static_cast<unsigned>(Cfg::CHUNKS)) break;
+      unsigned now;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
+      if (static_cast<int>(now - deadline) >= 0) {
+        timed_out = 1;
+        break;
+      }
       __nanosleep(100);
     }
     __threadfence();
+    timed_out_shared = timed_out;
   }
   __syncthreads();
-  // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
+  if (!timed_out_shared) {
+    // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
+    if (threadIdx.x < 32) {
+      const int lane = static_cast<int>(threadIdx.x);
+      const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(gx_sums + c); });
+      float g_mean = 0.f;
+      if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(g_sums + c); });
+      if (threadIdx.x == 0) means_shared = RowDots{gx_mean, g_mean};
+    }
+    __syncthreads();
+    const RowDots means = means_shared;
+    regs.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
+      row.store_dx(col, xh, g, means);
+    });
+    return;
+  }
+  // Timed out: every chunk sum of the row from here (the chunk's own arithmetic),
+  // then this chunk again from memory, so that `regs` need not stay live.
+  const X* h = row_ptr<X>(p.x, p.shape, r);
+  const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
+  for (int c = 0; c < Cfg::CHUNKS; ++c) {
+    ChunkRegs<Cfg, X, DY> other;
+    other.load(h, dy, c);
+    const DotAccumulator<CENTER> sums = chunk_total<Cfg>(other.dot(row, c), reduce_storage);
+    if (threadIdx.x == 0) {
+      fallback_sums[0][c] = sums.gx;
+      if constexpr (CENTER) fallback_sums[CENTER ? 1 : 0][c] = sums.g;
+    }
+  }
+  __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
-    const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(gx_sums + c); });
+    const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return fallback_sums[0][c]; });
     float g_mean = 0.f;
-    if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return __ldcg(g_sums + c); });
+    if constexpr (CENTER) g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return fallback_sums[CENTER ? 1 : 0][c]; });
     if (threadIdx.x == 0) means_shared = RowDots{gx_mean, g_mean};
   }
   __syncthreads();
   const RowDots means = means_shared;
-  regs.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
+  ChunkRegs<Cfg, X, DY> again;
+  again.load(h, dy, chunk);
+  again.each(row, chunk, [&](int, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&)[VEC]) {
     row.store_dx(col, xh, g, means);
   });
 }

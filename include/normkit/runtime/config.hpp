@@ -3,6 +3,7 @@
 // The README's environment table documents each one; keep the two in sync.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ struct Config {
   bool ptxas_verbose = false;           // NORMKIT_PTXAS_VERBOSE=1: log the ptxas report of each compile
   bool assert_no_spills = false;        // NORMKIT_ASSERT_NO_SPILLS=1: a compile with local-memory spills is an error
   bool log_compiles = false;            // NORMKIT_LOG_COMPILES=1: log every compile with its time
+  // NORMKIT_SYNC_TIMEOUT_US: how long a CTA of a kernel whose CTAs wait for each
+  // other waits before it does the missing work itself (never a hang; 0: at once).
+  std::uint64_t sync_timeout_us = 2000;
   // Codegen-affecting variables: they change the binary, so they are part of every cache key.
   bool lineinfo = false;                // NORMKIT_LINEINFO=1: compile with -lineinfo
   std::vector<std::string> extra_nvrtc_flags;  // NORMKIT_NVRTC_FLAGS: extra NVRTC options, whitespace separated
