@@ -1,13 +1,15 @@
 """normkit._torch_C, the eager path in C++: it is built where torch is, it gives
 the same results as the custom ops (and as the Python path taken without it),
-and its autograd node behaves like the custom op's (on CPU tensors)."""
+and its autograd node behaves like the custom op's (on CPU tensors). RMSNorm
+first, then LayerNorm, which shares the implementation (src/torch/norm_torch.cpp)."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import normkit  # noqa: E402
-from normkit.torch import _ops, rmsnorm, rmsnorm_bwd, rmsnorm_fwd  # noqa: E402
+from normkit.torch import (  # noqa: E402
+    _layernorm, _ops, layernorm, layernorm_bwd, layernorm_fwd, rmsnorm, rmsnorm_bwd, rmsnorm_fwd)
 
 
 def rnd(*shape, dtype=torch.float32):
@@ -246,3 +248,317 @@ def test_plain_calls_take_the_fast_path(monkeypatch):
     assert res_out is x
     with torch.no_grad():
         assert rmsnorm(x, w, weight_offset=1.0).grad_fn is None
+
+
+
+def test_rmsnorm_backward_reads_strided_rstd_as_rows():
+    x, w, dout = rnd(3, 8), rnd(8), rnd(3, 8)
+    _, _, rstd = rmsnorm_fwd(x, w, store_rstd=True)
+    strided = torch.stack([rstd, torch.zeros_like(rstd)], dim=1)[:, 0]
+    assert not strided.is_contiguous()
+    got = _ops._ext.rmsnorm_bwd(x, w, dout, strided, None, None, None, None, 0.0)
+    want = _ops._ext.rmsnorm_bwd(x, w, dout, rstd, None, None, None, None, 0.0)
+    for a, b in zip(got[:2], want[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------
+# LayerNorm through the same C++ path.
+
+
+class _Counting:
+    """Stands in for normkit._torch_C, counting the calls of each entry point."""
+
+    def __init__(self, ext):
+        self._ext = ext
+        self.calls = {}
+
+    def __getattr__(self, name):
+        fn = getattr(self._ext, name)
+
+        def call(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+        return call
+
+
+@pytest.fixture
+def counting_ext(monkeypatch):
+    ext = _Counting(_ops._ext)
+    monkeypatch.setattr(_ops, "_ext", ext)
+    return ext
+
+
+def test_layernorm_eager_autograd_records_the_cpp_node():
+    x, w, b = rnd(4, 32).requires_grad_(), rnd(32).requires_grad_(), rnd(32).requires_grad_()
+    assert "normkit::LayerNormFunction" in layernorm(x, w, b).grad_fn.name()
+    out, _, _, _ = layernorm_fwd(x, w, b)
+    assert "normkit::LayerNormFunction" in out.grad_fn.name()
+    with torch.no_grad():
+        assert layernorm(x, w, b).grad_fn is None
+    # RMSNorm's node keeps its name.
+    assert "normkit::RmsNormFunction" in rmsnorm(x, w).grad_fn.name()
+
+
+def test_layernorm_calls_take_the_cpp_path_on_cpu(counting_ext, monkeypatch):
+    def slow_path(*args, **kwargs):
+        raise AssertionError("plain layernorm calls should not reach the Python path")
+
+    x, w, b, r = rnd(4, 32), rnd(32).requires_grad_(), rnd(32), rnd(4, 32)
+    with monkeypatch.context() as m:
+        m.setattr(_layernorm, "_forward", slow_path)
+        out = layernorm(x, w, b)
+        assert "normkit::LayerNormFunction" in out.grad_fn.name()
+        out, res_out = layernorm(x, w, b, residual=r, prenorm=True)
+        torch.testing.assert_close(res_out, x + r, rtol=0, atol=0)
+        out, res_out = layernorm(x, prenorm=True)
+        assert res_out is x
+    assert counting_ext.calls == {"layernorm": 3}
+
+    # layernorm_fwd / layernorm_bwd: the kernel through C++, not the Python impl nor the op.
+    def no_python(*args, **kwargs):
+        raise AssertionError("the C++ path should take this call")
+
+    monkeypatch.setattr(_impl_module(), "layernorm_fwd_impl", no_python)
+    monkeypatch.setattr(_impl_module(), "layernorm_bwd_impl", no_python)
+    out, res_out, mean, rstd = layernorm_fwd(x, w.detach(), b, store_rstd=True, store_mean=True)
+    assert res_out is x and mean.shape == rstd.shape == (4,)
+    layernorm_bwd(x, w.detach(), rnd(4, 32), mean, rstd, has_bias=True)
+    assert counting_ext.calls == {"layernorm": 3, "layernorm_fwd": 1, "layernorm_bwd": 1}
+
+
+def _impl_module():
+    from normkit.torch import _impl
+    return _impl
+
+
+# As CASES, without weight_offset (LayerNorm has none).
+LN_CASES = {
+    "plain": lambda: (rnd(6, 40), rnd(40), rnd(40), None, {}),
+    "no weight": lambda: (rnd(6, 40), None, None, None, {}),
+    "bf16 x, fp32 weight, bias": lambda: (rnd(6, 40, dtype=torch.bfloat16), rnd(40), rnd(40), None, {}),
+    "residual prenorm": lambda: (rnd(6, 40), rnd(40), None, rnd(6, 40), {"prenorm": True}),
+    "residual, no prenorm": lambda: (rnd(6, 40), rnd(40), rnd(40), rnd(6, 40), {}),
+    "fp16 residual_dtype fp32": lambda: (rnd(6, 40, dtype=torch.float16), rnd(40, dtype=torch.float16), None,
+                                         rnd(6, 40, dtype=torch.float16),
+                                         {"prenorm": True, "residual_dtype": torch.float32}),
+    "per-head weight and bias": lambda: (rnd(3, 4, 16), rnd(4, 16), rnd(4, 16), None, {}),
+    "per-head bias only": lambda: (rnd(3, 4, 16), None, rnd(4, 16), None, {}),
+    "out_dtype": lambda: (rnd(6, 40), rnd(40), rnd(40), None, {"out_dtype": torch.bfloat16}),
+    "float64": lambda: (rnd(6, 40, dtype=torch.float64), rnd(40, dtype=torch.float64), None, None, {}),
+    "strided rows": lambda: (rnd(6, 64), rnd(40), rnd(40), None, {"_slice": 40}),
+}
+
+
+def _run_ln(case, use_ext, monkeypatch):
+    monkeypatch.setattr(_ops, "_ext", _ops._ext if use_ext else None)
+    x, w, b, r, kw = case
+    kw = dict(kw)
+    cols = kw.pop("_slice", None)
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
+    inputs = list(leaves)
+    if cols is not None:
+        inputs[0] = leaves[0][:, :cols]
+        assert not inputs[0].is_contiguous()
+    result = layernorm(*inputs, **kw)
+    outs = list(result) if isinstance(result, tuple) else [result]
+    node = outs[0].grad_fn.name()
+    assert ("normkit::LayerNormFunction" in node) == use_ext, node
+    torch.manual_seed(1)
+    grads_in = [torch.randn_like(o) for o in outs]
+    torch.autograd.backward(outs, grads_in)
+    return outs, [t.grad if t is not None else None for t in leaves], grads_in
+
+
+@pytest.mark.parametrize("name", list(LN_CASES))
+def test_layernorm_cpp_path_equals_custom_op_path(name, monkeypatch):
+    """The C++ node and the custom op (the path without normkit._torch_C) run the same
+    kernels: outputs and gradients must be bitwise equal."""
+    torch.manual_seed(0)
+    case = LN_CASES[name]()
+    outs_cpp, grads_cpp, _ = _run_ln(case, True, monkeypatch)
+    outs_py, grads_py, _ = _run_ln(case, False, monkeypatch)
+    for a, b in zip(outs_cpp + grads_cpp, outs_py + grads_py):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["plain", "residual prenorm", "residual, no prenorm", "per-head weight and bias",
+                                  "per-head bias only", "strided rows", "float64"])
+def test_layernorm_cpp_autograd_matches_float64_reference(name, monkeypatch):
+    torch.manual_seed(0)
+    case = LN_CASES[name]()
+    outs, grads, grads_in = _run_ln(case, True, monkeypatch)
+    x, w, b, r, kw = case
+    cols = kw.get("_slice")
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, w, b, r)]
+    h = leaves[0][:, :cols] if cols is not None else leaves[0]
+    if r is not None:
+        h = h + leaves[3]
+    var, mean = torch.var_mean(h, dim=-1, correction=0, keepdim=True)
+    y = (h - mean) * torch.rsqrt(var + 1e-6)
+    y = y * leaves[1] if w is not None else y
+    y = y + leaves[2] if b is not None else y
+    ref_outs = [y, h] if kw.get("prenorm") else [y]
+    torch.autograd.backward(ref_outs, [g.double() for g in grads_in])
+    # The CPU fallback accumulates in fp32 whatever the dtype (float64 included).
+    tol = dict(rtol=1e-4, atol=1e-4)
+    for got, want in zip(outs, ref_outs):
+        torch.testing.assert_close(got.double(), want.detach(), **tol)
+    for got, leaf in zip(grads, leaves):
+        if leaf is None:
+            assert got is None
+        else:
+            torch.testing.assert_close(got.double(), leaf.grad, **tol)
+
+
+def test_layernorm_fwd_and_bwd_functions_match_the_custom_ops(counting_ext):
+    x, w, b, r, dout = rnd(5, 24), rnd(24), rnd(24), rnd(5, 24), rnd(5, 24)
+    out, res_out, mean, rstd = layernorm_fwd(x, w, b, r, store_rstd=True, store_mean=True)
+    op = torch.ops.normkit.layernorm_fwd(x, w, b, r, None, None, 1e-6, True, True)
+    for a, want in zip((out, res_out, mean, rstd), op):
+        torch.testing.assert_close(a, want, rtol=0, atol=0)
+    out, res_out, mean_none, rstd_only = layernorm_fwd(x, w, store_rstd=True)
+    assert res_out is x and mean_none is None and rstd_only.shape == (5,)
+    dres = rnd(5, 24, dtype=torch.bfloat16)
+    h = res_out.to(torch.float32)
+    dx, dw, db, dr = layernorm_bwd(h, w, dout, mean, rstd, dres.float(), has_bias=True, has_residual=True)
+    op = torch.ops.normkit.layernorm_bwd(h, w, dout, mean, rstd, dres.float(), None, torch.float32, None)
+    for a, want in zip((dx, dw, db), op[:3]):
+        torch.testing.assert_close(a, want, rtol=0, atol=0)
+    assert dr is dx
+    assert counting_ext.calls == {"layernorm_fwd": 2, "layernorm_bwd": 1}
+
+
+def test_layernorm_backward_reads_strided_stats_as_rows():
+    x, w, dout = rnd(3, 8), rnd(8), rnd(3, 8)
+    _, _, mean, rstd = layernorm_fwd(x, w, store_rstd=True, store_mean=True)
+    strided = [torch.stack([s, torch.zeros_like(s)], dim=1)[:, 0] for s in (mean, rstd)]
+    got = _ops._ext.layernorm_bwd(x, w, dout, *strided, None, None, None, None)
+    want = _ops._ext.layernorm_bwd(x, w, dout, mean, rstd, None, None, None, None)
+    for a, b in zip(got[:2], want[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_layernorm_rows_that_need_a_copy_take_the_custom_op(counting_ext):
+    base = rnd(4, 3, 5, 32)
+    x = base[:, :2, :4].detach().requires_grad_()
+    w, b = rnd(32).requires_grad_(), rnd(32).requires_grad_()
+    y = layernorm(x, w, b)
+    assert counting_ext.calls == {"layernorm": 1, "layernorm_fwd": 1}  # both handed back (None)
+    assert "normkit::LayerNormFunction" not in y.grad_fn.name()
+    y.sum().backward()
+    xc = x.detach().contiguous().requires_grad_()
+    wc, bc = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    layernorm(xc, wc, bc).sum().backward()
+    for a, want in ((x.grad, xc.grad), (w.grad, wc.grad), (b.grad, bc.grad)):
+        torch.testing.assert_close(a, want, rtol=0, atol=0)
+
+
+def test_layernorm_double_backward_is_refused_clearly():
+    x, w = rnd(3, 16).requires_grad_(), rnd(16).requires_grad_()
+    with pytest.raises(RuntimeError, match="normkit.layernorm: double backward"):
+        torch.autograd.grad(layernorm(x, w).sum(), (x, w), create_graph=True)
+
+
+def test_layernorm_operator_errors_arrive_as_normkit_error():
+    with pytest.raises(normkit.NormkitError, match="eps"):
+        _ops._ext.layernorm_fwd(rnd(2, 8), None, None, None, None, None, -1.0, False, False, False)
+    with pytest.raises(normkit.NormkitError, match="eps"):
+        _ops._ext.layernorm(rnd(2, 8), None, None, None, None, None, -1.0, False)
+
+
+def test_layernorm_gradient_with_other_strides_than_the_input():
+    x, w = rnd(6, 32).requires_grad_(), rnd(32).requires_grad_()
+    dout = rnd(32, 6).t()
+    (gx,) = torch.autograd.grad(layernorm(x, w), (x,), dout)
+    (want,) = torch.autograd.grad(layernorm(x, w), (x,), dout.contiguous())
+    torch.testing.assert_close(gx, want, rtol=0, atol=0)
+
+
+# LayerNorm's forward checks, handed back to Python, which raises naming the
+# argument: (x, weight, bias, residual, out_dtype, residual_dtype), the argument.
+LN_BAD_CALLS = {
+    "int x": (lambda: (rnd(2, 8).to(torch.int32), None, None, None, None, None), "x"),
+    "complex weight": (lambda: (rnd(2, 8), torch.randn(8, dtype=torch.complex64), None, None, None, None),
+                       "weight"),
+    "weight length": (lambda: (rnd(2, 8), rnd(7), None, None, None, None), "weight"),
+    "per-head weight without heads": (lambda: (rnd(2, 8), rnd(3, 8), None, None, None, None), "weight"),
+    "bias shape": (lambda: (rnd(2, 8), rnd(8), rnd(4), None, None, None), "bias"),
+    "bias vs weight shape": (lambda: (rnd(2, 3, 8), rnd(3, 8), rnd(8), None, None, None), "bias"),
+    "residual shape": (lambda: (rnd(2, 8), None, None, rnd(3, 8), None, None), "residual"),
+    "residual dtype": (lambda: (rnd(2, 8), None, None, rnd(2, 8).to(torch.int16), None, None), "residual"),
+    "residual last dim": (lambda: (rnd(2, 8), None, None, rnd(8, 2).t(), None, None), "residual"),
+    "x last dim": (lambda: (rnd(8, 2).t(), None, None, None, None, None), "x"),
+    "out_dtype": (lambda: (rnd(2, 8), None, None, None, torch.int32, None), "out_dtype"),
+    "residual_dtype": (lambda: (rnd(2, 8), None, None, None, None, torch.int64), "residual_dtype"),
+    "weight on meta": (lambda: (rnd(2, 8), torch.randn(8, device="meta"), None, None, None, None), "weight"),
+    "scalar x": (lambda: (torch.tensor(1.0), None, None, None, None, None), "x"),
+}
+
+
+@pytest.mark.parametrize("name", list(LN_BAD_CALLS))
+def test_layernorm_fast_path_hands_bad_calls_back_to_python(name):
+    make, what = LN_BAD_CALLS[name]
+    x, w, b, r, out_dtype, residual_dtype = make()
+    assert _ops._ext.layernorm(x, w, b, r, out_dtype, residual_dtype, 1e-6, False) is None
+    assert _ops._ext.layernorm_fwd(x, w, b, r, out_dtype, residual_dtype, 1e-6, True, False, False) is None
+    with pytest.raises((TypeError, ValueError), match=f"^{what}[: ]"):
+        layernorm(x, w, b, r, out_dtype=out_dtype, residual_dtype=residual_dtype)
+    with pytest.raises((TypeError, ValueError), match=f"^{what}[: ]"):
+        layernorm_fwd(x, w, b, r, out_dtype=out_dtype, residual_dtype=residual_dtype)
+
+
+def _ln_bwd_args(**change):
+    args = dict(x=rnd(3, 8), weight=rnd(8), dout=rnd(3, 8), mean=torch.zeros(3), rstd=torch.ones(3),
+                dresidual_out=None, dx_dtype=None, dbias_dtype=None, dresidual_dtype=None)
+    args.update(change)
+    return args
+
+
+LN_BAD_BWD_CALLS = {
+    "int x": (dict(x=rnd(3, 8).to(torch.int32)), "x"),
+    "weight length": (dict(weight=rnd(7)), "weight"),
+    "dout shape": (dict(dout=rnd(3, 7)), "dout"),
+    "dout dtype": (dict(dout=rnd(3, 8).to(torch.int16)), "dout"),
+    "dout last dim": (dict(dout=rnd(8, 3).t()), "dout"),
+    "dresidual_out shape": (dict(dresidual_out=rnd(2, 8)), "dresidual_out"),
+    "mean dtype": (dict(mean=torch.zeros(3, dtype=torch.float16)), "mean"),
+    "mean length": (dict(mean=torch.zeros(4)), "mean"),
+    "mean on meta": (dict(mean=torch.zeros(3, device="meta")), "mean"),
+    "rstd dtype": (dict(rstd=torch.ones(3, dtype=torch.float16)), "rstd"),
+    "rstd length": (dict(rstd=torch.ones(4)), "rstd"),
+    "dbias_dtype": (dict(dbias_dtype=torch.int32), "dbias_dtype"),
+}
+
+
+@pytest.mark.parametrize("name", list(LN_BAD_BWD_CALLS))
+def test_layernorm_backward_fast_path_hands_bad_calls_back_to_python(name):
+    change, what = LN_BAD_BWD_CALLS[name]
+    a = _ln_bwd_args(**change)
+    assert _ops._ext.layernorm_bwd(*a.values()) is None
+    with pytest.raises((TypeError, ValueError), match=f"^{what}[: ]"):
+        if a["dbias_dtype"] is not None:  # the public function derives dbias's dtype; the op takes one
+            torch.ops.normkit.layernorm_bwd(*a.values())
+        else:
+            layernorm_bwd(a["x"], a["weight"], a["dout"], a["mean"], a["rstd"], a["dresidual_out"])
+
+
+def test_layernorm_meta_tensors_go_to_the_custom_op():
+    x = torch.randn(2, 8, device="meta")
+    assert _ops._ext.layernorm(x, None, None, None, None, None, 1e-6, False) is None
+    assert layernorm(x).device.type == "meta"
+
+
+def test_layernorm_empty_rows():
+    x = rnd(0, 8).requires_grad_()
+    w = rnd(8).requires_grad_()
+    out = layernorm(x, w)
+    assert out.shape == (0, 8)
+    out.sum().backward()
+    assert torch.equal(w.grad, torch.zeros(8))
+    _, _, mean, rstd = layernorm_fwd(rnd(3, 0), store_rstd=True, store_mean=True, eps=0.25)
+    assert torch.equal(mean, torch.zeros(3)) and torch.equal(rstd, torch.full((3,), 2.0))

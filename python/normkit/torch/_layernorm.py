@@ -7,10 +7,13 @@ As the RMSNorm ops (_ops.py), with LayerNorm's mean saved next to rstd:
     layernorm_bwd(x, weight?, dout, mean, rstd, dresidual_out?, dx_dtype?, dbias_dtype?,
                   dresidual_dtype?) -> (dx, dweight, dbias, dresidual)
 
-Outputs not asked for are empty 1-D tensors. Autograd is shared with RMSNorm
-(_ops.save_for_backward / norm_grads). Eager calls go to the kernel directly
-(no dispatcher) where no gradient is needed, else through the custom op; there
-is no C++ eager path (normkit._torch_C) for LayerNorm yet.
+Outputs not asked for are empty 1-D tensors. Autograd of the custom op is shared
+with RMSNorm (_ops.save_for_backward / norm_grads). Eager calls take the C++ path
+(normkit._torch_C, src/torch/norm_torch.cpp: checks, allocation, a C++ autograd
+node, the launch) as RMSNorm's do; it hands a call back (None) when a check fails,
+and Python then raises the error naming the argument, or when the rows need a
+copy, which the custom op makes. Without normkit._torch_C, calls without a
+gradient go to the kernel directly (no dispatcher), the rest through the custom op.
 """
 
 from typing import Optional, Tuple
@@ -19,6 +22,7 @@ import torch
 from torch import Tensor
 
 from . import _impl
+from . import _ops
 from ._ops import _direct_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
 
 
@@ -78,9 +82,19 @@ _layernorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 def _forward(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_stats, store_residual_out, grad):
     """(out, residual_out, mean, rstd); the ones not stored are None or empty placeholders."""
-    if not grad and _direct_ok(x, weight, bias, residual):
-        return _impl.layernorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_stats,
-                                        store_residual_out, False)
+    if _direct_ok(x, weight, bias, residual):
+        ext = _ops._ext
+        if ext is not None:
+            result = ext.layernorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), store_stats,
+                                       store_residual_out, grad)
+            if result is not None:
+                return result
+            # None: a check failed (raised here, naming the argument) or the rows
+            # need a copy, which the custom op makes (and logs).
+            _impl.check_fwd(x, weight, bias, residual, out_dtype, residual_dtype, 0.0)
+        elif not grad:
+            return _impl.layernorm_fwd_impl(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_stats,
+                                            store_residual_out, False)
     return torch.ops.normkit.layernorm_fwd(x, weight, bias, residual, out_dtype, residual_dtype, float(eps),
                                            store_stats, store_residual_out)
 
@@ -123,10 +137,18 @@ def layernorm_bwd(x: Tensor, weight: Optional[Tensor], dout: Tensor, mean: Tenso
     """
     db_dtype, dres_dtype = bwd_dtypes(x, weight, dresidual_out, has_bias, has_residual)
     args = (x, weight, dout, mean, rstd, dresidual_out, None, db_dtype, dres_dtype)
+    result = None
     if not _needs_grad(x, weight, dout, mean, rstd, dresidual_out) and _direct_ok(x, weight, dout, mean, rstd,
                                                                                  dresidual_out):
-        result = _impl.layernorm_bwd_impl(*args)
-    else:
+        ext = _ops._ext
+        if ext is not None:
+            result = ext.layernorm_bwd(*args)
+            if result is None:
+                # raises naming the argument, unless the rows need a copy
+                _impl.check_bwd(x, weight, dout, rstd, dresidual_out, None, db_dtype, dres_dtype, mean)
+        else:
+            result = _impl.layernorm_bwd_impl(*args)
+    if result is None:
         result = torch.ops.normkit.layernorm_bwd(*args)
     return bwd_result(result, weight, has_bias, has_residual, dres_dtype)
 
@@ -142,6 +164,13 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     over the centred row. See layernorm_fwd for dtypes and per-head mode. Gradients
     flow to x, weight, bias and residual (and from residual_out when prenorm).
     """
+    ext = _ops._ext
+    if ext is not None and _direct_ok(x, weight, bias, residual):
+        # Checks, allocation, autograd node and launch in one C++ call; None when
+        # a check fails (the path below raises the error) or rows need a copy.
+        result = ext.layernorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm))
+        if result is not None:
+            return result
     grad = _needs_grad(x, weight, bias, residual)
     makes_res = residual is not None or (residual_dtype is not None and residual_dtype != x.dtype)
     # residual_out is written when returned, or when a residual makes it the

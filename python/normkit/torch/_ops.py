@@ -22,7 +22,7 @@ from . import _impl
 
 
 def _load_ext():
-    """(normkit._torch_C or None, why not). The eager path in C++ (src/torch/rmsnorm_torch.cpp) is
+    """(normkit._torch_C or None, why not). The eager path in C++ (src/torch/norm_torch.cpp) is
     built when torch is importable while normkit builds, and used only under that torch version:
     C++ extensions have no stable ABI across torch releases."""
     try:

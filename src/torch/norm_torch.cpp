@@ -1,4 +1,9 @@
-// normkit._torch_C: the eager PyTorch path of RMSNorm, in C++.
+// normkit._torch_C: the eager PyTorch path of RMSNorm and LayerNorm, in C++.
+//
+// One implementation serves both norms, parameterized by Kind (see NormTraits):
+// LayerNorm adds the per-row mean to the stored statistics (forward output,
+// saved tensor, backward input) and has no weight_offset; everything else (row
+// layouts, argument checks, allocation, the autograd node, the GIL) is shared.
 //
 // Why it exists: most RMSNorm calls in training and serving are host-bound (a few
 // thousand rows or fewer), so what a call costs is host time. Measured on the H200
@@ -160,62 +165,121 @@ Tensor contiguous_if(const Tensor& t) { return !t.defined() || t.is_contiguous()
 Tensor opt(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 
 // ---------------------------------------------------------------------------
-// Forward: out, residual_out (undefined unless stored), rstd (undefined unless stored).
+// The two norms. Kind picks the C table's entries and argument structs; what the
+// code below does differently for them is LayerNorm's mean (stored, saved and
+// read next to rstd) and RMSNorm's weight_offset (LayerNorm has none).
+
+enum class Kind { kRms, kLayer };
+using Allocate = void* (*)(std::size_t bytes, void* context);
+
+template <Kind K>
+struct NormTraits;
+
+template <>
+struct NormTraits<Kind::kRms> {
+  using FwdArgs = nn::RmsNormFwdArgs;
+  using BwdArgs = nn::RmsNormBwdArgs;
+  static constexpr const char* kName = "normkit.rmsnorm";
+  static const char* fwd(const FwdArgs* a) { return api->rmsnorm_fwd(a); }
+  static const char* bwd(const BwdArgs* a, Allocate allocate, void* context) {
+    return api->rmsnorm_bwd(a, allocate, context);
+  }
+};
+
+template <>
+struct NormTraits<Kind::kLayer> {
+  using FwdArgs = nn::LayerNormFwdArgs;
+  using BwdArgs = nn::LayerNormBwdArgs;
+  static constexpr const char* kName = "normkit.layernorm";
+  static const char* fwd(const FwdArgs* a) { return api->layernorm_fwd(a); }
+  static const char* bwd(const BwdArgs* a, Allocate allocate, void* context) {
+    return api->layernorm_bwd(a, allocate, context);
+  }
+};
+
+template <Kind K>
+constexpr bool kHasMean = K == Kind::kLayer;
+// Per-row fp32 statistics: rstd, and LayerNorm's mean before it.
+template <Kind K>
+constexpr std::size_t kStats = kHasMean<K> ? 2 : 1;
+
+// ---------------------------------------------------------------------------
+// Forward: out, residual_out (undefined unless stored), mean (LayerNorm only) and
+// rstd (undefined unless stored).
 
 struct FwdOptions {
   OptDtype out_dtype, residual_dtype;
   double eps = 1e-6;
-  double weight_offset = 0.0;
-  bool store_rstd = false;
+  double weight_offset = 0.0;  // RMSNorm only; 0 for LayerNorm
+  bool store_stats = false;    // rstd, and LayerNorm's mean
   bool store_residual_out = false;
 };
 
-std::array<Tensor, 3> forward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& bias_in,
-                                   const Tensor& residual, const FwdOptions& o) {
+struct FwdOut {
+  Tensor out, residual_out, mean, rstd;
+};
+
+template <Kind K>
+FwdOut forward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual,
+                    const FwdOptions& o) {
   const auto plan = plan_rows<2>({&x, &residual});
   TORCH_INTERNAL_ASSERT(plan, "normkit: forward rows were not planned before the call");
   const std::int64_t n = x.size(-1), m = rows_of(x);
   const auto rows_options = x.options().memory_format(at::MemoryFormat::Contiguous);
-  Tensor out = at::empty(x.sizes(), rows_options.dtype(o.out_dtype.value_or(x.scalar_type())));
-  Tensor residual_out, rstd;
+  FwdOut r;
+  r.out = at::empty(x.sizes(), rows_options.dtype(o.out_dtype.value_or(x.scalar_type())));
   if (o.store_residual_out) {
     const at::ScalarType t = o.residual_dtype.value_or(residual.defined() ? residual.scalar_type() : x.scalar_type());
-    residual_out = at::empty(x.sizes(), rows_options.dtype(t));
+    r.residual_out = at::empty(x.sizes(), rows_options.dtype(t));
   }
-  if (o.store_rstd) rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+  if (o.store_stats) {
+    const auto stat_options = x.options().dtype(at::kFloat);
+    r.rstd = at::empty(x.sizes().slice(0, x.dim() - 1), stat_options);
+    if constexpr (kHasMean<K>) r.mean = at::empty(x.sizes().slice(0, x.dim() - 1), stat_options);
+  }
   if (m == 0 || n == 0) {
-    // The mean over no elements is 0.
-    if (o.store_rstd && m) rstd.fill_(o.eps > 0 ? 1.0 / std::sqrt(o.eps) : std::numeric_limits<double>::infinity());
-    return {out, residual_out, rstd};
+    // The mean (and LayerNorm's variance) over no elements is 0.
+    if (o.store_stats && m) {
+      r.rstd.fill_(o.eps > 0 ? 1.0 / std::sqrt(o.eps) : std::numeric_limits<double>::infinity());
+      if constexpr (kHasMean<K>) r.mean.zero_();
+    }
+    return r;
   }
   const Tensor weight = contiguous_if(weight_in), bias = contiguous_if(bias_in);
 
-  nn::RmsNormFwdArgs a;
+  typename NormTraits<K>::FwdArgs a;
   a.shape = {m, n, plan->rows_inner};
   a.x = plan->rows(0, x);
   a.residual = plan->rows(1, residual);
   const std::int64_t out_outer = plan->rows_inner * n;
-  a.out = nn::Rows{out.data_ptr(), dtype_of(out.scalar_type()), out_outer, n};
-  if (residual_out.defined())
-    a.residual_out = nn::Rows{residual_out.data_ptr(), dtype_of(residual_out.scalar_type()), out_outer, n};
+  a.out = nn::Rows{r.out.data_ptr(), dtype_of(r.out.scalar_type()), out_outer, n};
+  if (r.residual_out.defined())
+    a.residual_out = nn::Rows{r.residual_out.data_ptr(), dtype_of(r.residual_out.scalar_type()), out_outer, n};
   a.weight = param_of(weight);
   a.bias = param_of(bias);
   a.heads = weight.defined() && weight.dim() == 2 ? weight.size(0) : (bias.defined() && bias.dim() == 2 ? bias.size(0) : 1);
-  a.rstd = o.store_rstd ? rstd.data_ptr<float>() : nullptr;
+  a.rstd = o.store_stats ? r.rstd.data_ptr<float>() : nullptr;
   a.eps = static_cast<float>(o.eps);
-  a.weight_offset = static_cast<float>(o.weight_offset);
+  if constexpr (kHasMean<K>) {
+    a.mean = o.store_stats ? r.mean.data_ptr<float>() : nullptr;
+  } else {
+    a.weight_offset = static_cast<float>(o.weight_offset);
+  }
   place(x, a.device, a.stream);
-  check(api->rmsnorm_fwd(&a));
-  return {out, residual_out, rstd};
+  check(NormTraits<K>::fwd(&a));
+  return r;
 }
 
 // ---------------------------------------------------------------------------
 // Backward: dx, dweight (if weight), dbias (if dbias_dtype), dresidual (if
-// dresidual_dtype); nullopt when the rows need a copy.
+// dresidual_dtype); nullopt when the rows need a copy. mean: LayerNorm's (ignored
+// for RMSNorm); weight_offset: RMSNorm's (ignored for LayerNorm).
 
+template <Kind K>
 std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& dout,
-                                                   const Tensor& rstd, const Tensor& dresidual_out,
-                                                   OptDtype dx_dtype, OptDtype dbias_dtype, OptDtype dresidual_dtype,
+                                                   const Tensor& mean, const Tensor& rstd,
+                                                   const Tensor& dresidual_out, OptDtype dx_dtype,
+                                                   OptDtype dbias_dtype, OptDtype dresidual_dtype,
                                                    double weight_offset) {
   const auto plan = plan_rows<3>({&x, &dout, &dresidual_out});
   if (!plan) return std::nullopt;
@@ -236,8 +300,10 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
     return std::array<Tensor, 4>{dx, dweight, dbias, dresidual};
   }
   const Tensor weight = contiguous_if(weight_in);
+  // One value per row, read as a flat array (a caller's view may be strided).
+  const Tensor rstd_rows = contiguous_if(rstd);
 
-  nn::RmsNormBwdArgs a;
+  typename NormTraits<K>::BwdArgs a;
   a.shape = {m, n, plan->rows_inner};
   a.x = plan->rows(0, x);
   a.dout = plan->rows(1, dout);
@@ -248,13 +314,16 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
     a.dresidual = nn::Rows{dresidual.data_ptr(), dtype_of(dresidual.scalar_type()), out_outer, n};
   a.weight = param_of(weight);
   a.heads = heads;
-  // One value per row, read as a flat array: a caller's strided view (a column of
-  // a wider tensor) is copied first, as the custom op's path does (_impl._flat).
-  const Tensor rstd_flat = contiguous_if(rstd);
-  a.rstd = rstd_flat.data_ptr<float>();
+  a.rstd = rstd_rows.data_ptr<float>();
   a.dweight = dweight.defined() ? dweight.data_ptr() : nullptr;
   a.dbias = param_of(dbias);
-  a.weight_offset = static_cast<float>(weight_offset);
+  Tensor mean_rows;
+  if constexpr (kHasMean<K>) {
+    mean_rows = contiguous_if(mean);
+    a.mean = mean_rows.data_ptr<float>();
+  } else {
+    a.weight_offset = static_cast<float>(weight_offset);
+  }
   place(x, a.device, a.stream);
   // The workspace comes from PyTorch's caching allocator on the call's stream;
   // releasing it after the launch is stream-ordered, like any temporary.
@@ -269,7 +338,7 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
     *s->tensor = at::empty({static_cast<std::int64_t>(bytes)}, *s->options);
     return s->tensor->data_ptr();
   };
-  check(api->rmsnorm_bwd(&a, allocate, &scratch));
+  check(NormTraits<K>::bwd(&a, allocate, &scratch));
   return std::array<Tensor, 4>{dx, dweight, dbias, dresidual};
 }
 
@@ -282,9 +351,9 @@ Tensor grad_rows(const Tensor& g) {
 
 // ---------------------------------------------------------------------------
 // Autograd: inputs (x, weight, bias, residual, options), outputs (out,
-// residual_out, rstd). The forward always stores rstd, and residual_out when a
-// residual is added: the backward's input h is residual_out then (as stored,
-// like the kernel saw it), else x.
+// residual_out, [mean,] rstd). The forward always stores the statistics, and
+// residual_out when a residual is added: the backward's input h is residual_out
+// then (as stored, like the kernel saw it), else x.
 
 constexpr std::int64_t kNoDtype = -1;
 
@@ -299,50 +368,68 @@ OptDtype dtype_from(std::int64_t code) {
 
 }  // namespace
 
-// Named (not anonymous) so that grad_fn reads CppNode<normkit::RmsNormFunction>.
 namespace normkit {
-struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+
+// The autograd node of either norm. Self is the named node type (below), so that
+// grad_fn reads CppNode<normkit::RmsNormFunction> / CppNode<normkit::LayerNormFunction>.
+template <class Self, Kind K>
+struct NormFunction : public torch::autograd::Function<Self> {
+  static constexpr Kind kKind = K;
+
   // Absent optional inputs are passed as nullopt, not as undefined tensors: an
   // undefined tensor would count as a variable input, which autograd rejects.
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const std::optional<Tensor>& weight_arg,
                                const std::optional<Tensor>& bias_arg, const std::optional<Tensor>& residual_arg,
                                FwdOptions o) {
     const Tensor weight = opt(weight_arg), bias = opt(bias_arg), residual = opt(residual_arg);
-    o.store_rstd = true;
+    o.store_stats = true;
     o.store_residual_out = o.store_residual_out || residual.defined();
-    auto [out, residual_out, rstd] = forward_impl(x, weight, bias, residual, o);
-    ctx->save_for_backward({residual.defined() ? residual_out : x, weight, rstd});
-    // Three entries, not one per field: each is a hash-map insert on every forward.
+    FwdOut r = forward_impl<K>(x, weight, bias, residual, o);
+    const Tensor& h = residual.defined() ? r.residual_out : x;
+    if constexpr (kHasMean<K>) {
+      ctx->save_for_backward({h, weight, r.mean, r.rstd});
+      ctx->mark_non_differentiable({r.mean, r.rstd});
+    } else {
+      ctx->save_for_backward({h, weight, r.rstd});
+      ctx->mark_non_differentiable({r.rstd});
+    }
+    // Few entries, not one per field: each is a hash-map insert on every forward.
     ctx->saved_data["dtypes"] = pack_dtypes(x.scalar_type(), dtype_code(residual), dtype_code(bias));
     ctx->saved_data["bias_heads"] = bias.defined() && bias.dim() == 2 ? bias.size(0) : std::int64_t{0};
-    ctx->saved_data["weight_offset"] = o.weight_offset;
-    ctx->mark_non_differentiable({rstd});
+    if constexpr (!kHasMean<K>) ctx->saved_data["weight_offset"] = o.weight_offset;
     // Unused outputs (residual_out without prenorm) then arrive undefined rather
     // than as zeros the kernel would have to read.
     ctx->set_materialize_grads(false);
-    // residual_out is an output only when it was stored: (out, rstd) otherwise, so
-    // that no placeholder is allocated (the count may differ from call to call).
-    if (!residual_out.defined()) return {out, rstd};
-    return {out, residual_out, rstd};
+    // residual_out is an output only when it was stored: (out, [mean,] rstd)
+    // otherwise, so that no placeholder is allocated (the count may differ from
+    // call to call).
+    variable_list outs{r.out};
+    outs.reserve(2 + kStats<K>);
+    if (r.residual_out.defined()) outs.push_back(r.residual_out);
+    if constexpr (kHasMean<K>) outs.push_back(r.mean);
+    outs.push_back(r.rstd);
+    return outs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "normkit.rmsnorm: double backward (create_graph=True) is not supported; the backward kernel "
-                "has no derivative of its own");
+    TORCH_CHECK(!at::GradMode::is_enabled(), NormTraits<K>::kName,
+                ": double backward (create_graph=True) is not supported; the backward kernel has no derivative "
+                "of its own");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor& h = saved[0];
     const Tensor& weight = saved[1];
-    const Tensor& rstd = saved[2];
+    const Tensor mean = kHasMean<K> ? saved[2] : Tensor();
+    const Tensor& rstd = saved.back();
     const std::int64_t dtypes = ctx->saved_data["dtypes"].toInt();
     const auto x_dtype = static_cast<at::ScalarType>(dtypes & 0xff);
     const OptDtype residual_dtype = dtype_from(((dtypes >> 8) & 0xff) - 1);
     const OptDtype bias_dtype = dtype_from(((dtypes >> 16) & 0xff) - 1);
     const std::int64_t bias_heads = ctx->saved_data["bias_heads"].toInt();
-    const double weight_offset = ctx->saved_data["weight_offset"].toDouble();
+    double weight_offset = 0.0;
+    if constexpr (!kHasMean<K>) weight_offset = ctx->saved_data["weight_offset"].toDouble();
 
     Tensor dout = grads[0].defined() ? grad_rows(grads[0]) : at::zeros(h.sizes(), h.options().dtype(x_dtype));
-    Tensor dres_out = grads.size() == 3 ? grad_rows(grads[1]) : Tensor();
+    Tensor dres_out = grads.size() == 2 + kStats<K> ? grad_rows(grads[1]) : Tensor();
     // needs_input_grad counts only the inputs that were present (see forward).
     const bool has_weight = weight.defined();
     auto needs = [&](int input) {
@@ -356,15 +443,16 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const bool want_bias = bias_dtype && needs(2);
     const bool kernel_db = want_bias && !(!weight.defined() && bias_heads);
 
-    auto grads_out = backward_impl(h, weight, dout, rstd, dres_out, x_dtype, kernel_db ? bias_dtype : OptDtype{},
-                                   dres_dtype, weight_offset);
+    auto grads_out = backward_impl<K>(h, weight, dout, mean, rstd, dres_out, x_dtype,
+                                      kernel_db ? bias_dtype : OptDtype{}, dres_dtype, weight_offset);
     if (!grads_out) {
-      TORCH_WARN_ONCE("normkit.rmsnorm backward: the incoming gradient's rows do not share the layout of the "
-                      "saved input; copying them to contiguous tensors (logged once)");
+      TORCH_WARN_ONCE(NormTraits<K>::kName,
+                      " backward: the incoming gradient's rows do not share the layout of the saved input; "
+                      "copying them to contiguous tensors (logged once)");
       dout = contiguous_if(dout);
       dres_out = contiguous_if(dres_out);
-      grads_out = backward_impl(contiguous_if(h), weight, dout, rstd, dres_out, x_dtype,
-                                kernel_db ? bias_dtype : OptDtype{}, dres_dtype, weight_offset);
+      grads_out = backward_impl<K>(contiguous_if(h), weight, dout, mean, rstd, dres_out, x_dtype,
+                                   kernel_db ? bias_dtype : OptDtype{}, dres_dtype, weight_offset);
       TORCH_INTERNAL_ASSERT(grads_out, "normkit: contiguous rows were not planned");
     }
     auto& [dx, dweight, dbias, dresidual] = *grads_out;
@@ -380,9 +468,13 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+struct RmsNormFunction : NormFunction<RmsNormFunction, Kind::kRms> {};
+struct LayerNormFunction : NormFunction<LayerNormFunction, Kind::kLayer> {};
+
 }  // namespace normkit
 
 namespace {
+using normkit::LayerNormFunction;
 using normkit::RmsNormFunction;
 
 // ---------------------------------------------------------------------------
@@ -390,8 +482,8 @@ using normkit::RmsNormFunction;
 // check_bwd) before these are called. Host tensors run the multithreaded CPU
 // fallback, so the GIL is let go for them.
 
-// The whole of normkit.torch.rmsnorm for the common call, argument checks
-// included; nullopt sends the call back to Python (see rmsnorm below).
+// The whole of normkit.torch.rmsnorm / layernorm for the common call, argument
+// checks included; nullopt sends the call back to Python (see norm_call below).
 bool supported(at::ScalarType t, bool cuda) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || (!cuda && t == at::kDouble);
 }
@@ -419,6 +511,10 @@ bool param_fits(const Tensor& p, const Tensor& x) {
   return p.dim() == 2 && x.dim() >= 2 && p.size(1) == n && x.size(-2) == p.size(0);
 }
 bool dtype_fits(OptDtype t, const Tensor& x) { return !t || supported(*t, x.is_cuda()); }
+// mean / rstd as the forward stores them: fp32, one value per row of x, on x's device.
+bool stat_fits(const Tensor& s, const Tensor& x) {
+  return s.defined() && s.device() == x.device() && s.scalar_type() == at::kFloat && s.numel() == rows_of(x);
+}
 
 bool plain_forward_call(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r, OptDtype out_dtype,
                         OptDtype residual_dtype, double weight_offset) {
@@ -428,33 +524,44 @@ bool plain_forward_call(const Tensor& x, const Tensor& w, const Tensor& b, const
   return weight_offset == 0.0 || w.defined();
 }
 
-bool plain_backward_call(const Tensor& x, const Tensor& w, const Tensor& dout, const Tensor& rstd,
-                         const Tensor& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
-                         OptDtype dresidual_dtype) {
+// mean: LayerNorm's; undefined (and not checked) for RMSNorm.
+bool plain_backward_call(const Tensor& x, const Tensor& w, const Tensor& dout, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
+                         OptDtype dresidual_dtype, bool with_mean) {
   if (!plain_rows(x) || !param_fits(w, x) || !dout.defined() || !rows_like(dout, x) || !rows_like(dresidual_out, x))
     return false;
-  if (rstd.device() != x.device() || rstd.scalar_type() != at::kFloat || rstd.numel() != rows_of(x)) return false;
+  if (!stat_fits(rstd, x) || (with_mean && !stat_fits(mean, x))) return false;
   return dtype_fits(dx_dtype, x) && dtype_fits(dbias_dtype, x) && dtype_fits(dresidual_dtype, x);
 }
 
 bool requires_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
-// The forward of both entry points, on a call the checks accepted: (out,
-// residual_out, rstd), undefined where not stored (rstd only when o.store_rstd),
-// through the autograd node when `grad`. Host tensors let the GIL go.
-std::array<Tensor, 3> run_forward(const Tensor& x, const std::optional<Tensor>& weight,
-                                  const std::optional<Tensor>& bias, const std::optional<Tensor>& residual,
-                                  const FwdOptions& o, bool grad) {
+// The forward of all entry points, on a call the checks accepted: (out,
+// residual_out, mean, rstd), undefined where not stored (the statistics only
+// when o.store_stats, mean only for LayerNorm), through the autograd node when
+// `grad`. Host tensors let the GIL go.
+template <class Node>
+FwdOut run_forward(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                   const std::optional<Tensor>& residual, const FwdOptions& o, bool grad) {
+  constexpr Kind K = Node::kKind;
   std::optional<py::gil_scoped_release> nogil;
   if (!x.is_cuda()) nogil.emplace();
-  if (!grad) return forward_impl(x, opt(weight), opt(bias), opt(residual), o);
-  const variable_list v = RmsNormFunction::apply(x, weight, bias, residual, o);
-  return {v[0], v.size() == 3 ? v[1] : Tensor(), o.store_rstd ? v.back() : Tensor()};
+  if (!grad) return forward_impl<K>(x, opt(weight), opt(bias), opt(residual), o);
+  const variable_list v = Node::apply(x, weight, bias, residual, o);
+  FwdOut r;
+  r.out = v[0];
+  if (v.size() == 2 + kStats<K>) r.residual_out = v[1];
+  if (o.store_stats) {
+    r.rstd = v.back();
+    if constexpr (kHasMean<K>) r.mean = v[v.size() - 2];
+  }
+  return r;
 }
 
-py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
-                   const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
-                   bool prenorm, double weight_offset) {
+template <class Node>
+py::object norm_call(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                     const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                     bool prenorm, double weight_offset) {
   const Tensor w = opt(weight), b = opt(bias), r = opt(residual);
   if (!plain_forward_call(x, w, b, r, out_dtype, residual_dtype, weight_offset) || !plan_rows<2>({&x, &r}))
     return py::none();
@@ -465,36 +572,83 @@ py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const s
   // backward's input; otherwise that write is skipped.
   const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, false,
                      (prenorm && makes_residual) || (grad && r.defined())};
-  const std::array<Tensor, 3> outs = run_forward(x, weight, bias, residual, o, grad);
-  if (!prenorm) return py::cast(outs[0]);
-  return py::make_tuple(outs[0], makes_residual ? outs[1] : x);
+  const FwdOut outs = run_forward<Node>(x, weight, bias, residual, o, grad);
+  if (!prenorm) return py::cast(outs.out);
+  return py::make_tuple(outs.out, makes_residual ? outs.residual_out : x);
 }
 
-py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
-                       const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
-                       double weight_offset, bool store_rstd, bool store_residual_out, bool grad) {
+template <class Node>
+py::object fwd_call(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                    const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                    double weight_offset, bool store_stats, bool store_residual_out, bool grad) {
   const Tensor w = opt(weight), b = opt(bias), r = opt(residual);
   if (!plain_forward_call(x, w, b, r, out_dtype, residual_dtype, weight_offset) || !plan_rows<2>({&x, &r}))
     return py::none();
-  const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, store_rstd, store_residual_out};
-  const std::array<Tensor, 3> outs = run_forward(x, weight, bias, residual, o, grad);
-  return py::make_tuple(outs[0], outs[1], outs[2]);
+  const FwdOptions o{out_dtype, residual_dtype, eps, weight_offset, store_stats, store_residual_out};
+  const FwdOut outs = run_forward<Node>(x, weight, bias, residual, o, grad);
+  if constexpr (kHasMean<Node::kKind>) return py::make_tuple(outs.out, outs.residual_out, outs.mean, outs.rstd);
+  return py::make_tuple(outs.out, outs.residual_out, outs.rstd);
 }
 
-py::object rmsnorm_bwd(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout, const Tensor& rstd,
-                       const std::optional<Tensor>& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
-                       OptDtype dresidual_dtype, double weight_offset) {
-  if (!plain_backward_call(x, opt(weight), dout, rstd, opt(dresidual_out), dx_dtype, dbias_dtype, dresidual_dtype))
+template <Kind K>
+py::object bwd_call(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout, const Tensor& mean,
+                    const Tensor& rstd, const std::optional<Tensor>& dresidual_out, OptDtype dx_dtype,
+                    OptDtype dbias_dtype, OptDtype dresidual_dtype, double weight_offset) {
+  if (!plain_backward_call(x, opt(weight), dout, mean, rstd, opt(dresidual_out), dx_dtype, dbias_dtype,
+                           dresidual_dtype, kHasMean<K>))
     return py::none();
   std::optional<std::array<Tensor, 4>> outs;
   {
     std::optional<py::gil_scoped_release> nogil;
     if (!x.is_cuda()) nogil.emplace();
-    outs = backward_impl(x, opt(weight), dout, rstd, opt(dresidual_out), dx_dtype, dbias_dtype, dresidual_dtype,
-                         weight_offset);
+    outs = backward_impl<K>(x, opt(weight), dout, mean, rstd, opt(dresidual_out), dx_dtype, dbias_dtype,
+                            dresidual_dtype, weight_offset);
   }
   if (!outs) return py::none();
   return py::make_tuple((*outs)[0], (*outs)[1], (*outs)[2], (*outs)[3]);
+}
+
+// The bound signatures: RMSNorm's take weight_offset, LayerNorm's take mean.
+
+py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                   const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                   bool prenorm, double weight_offset) {
+  return norm_call<RmsNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm,
+                                    weight_offset);
+}
+
+py::object layernorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                     const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                     bool prenorm) {
+  return norm_call<LayerNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, 0.0);
+}
+
+py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                       const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
+                       double weight_offset, bool store_rstd, bool store_residual_out, bool grad) {
+  return fwd_call<RmsNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset,
+                                   store_rstd, store_residual_out, grad);
+}
+
+py::object layernorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                         const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype,
+                         double eps, bool store_stats, bool store_residual_out, bool grad) {
+  return fwd_call<LayerNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, 0.0, store_stats,
+                                     store_residual_out, grad);
+}
+
+py::object rmsnorm_bwd(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout, const Tensor& rstd,
+                       const std::optional<Tensor>& dresidual_out, OptDtype dx_dtype, OptDtype dbias_dtype,
+                       OptDtype dresidual_dtype, double weight_offset) {
+  return bwd_call<Kind::kRms>(x, weight, dout, Tensor(), rstd, dresidual_out, dx_dtype, dbias_dtype,
+                              dresidual_dtype, weight_offset);
+}
+
+py::object layernorm_bwd(const Tensor& x, const std::optional<Tensor>& weight, const Tensor& dout,
+                         const Tensor& mean, const Tensor& rstd, const std::optional<Tensor>& dresidual_out,
+                         OptDtype dx_dtype, OptDtype dbias_dtype, OptDtype dresidual_dtype) {
+  return bwd_call<Kind::kLayer>(x, weight, dout, mean, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype,
+                                0.0);
 }
 
 }  // namespace
@@ -506,7 +660,8 @@ PYBIND11_MODULE(_torch_C, m) {
   api = static_cast<const normkit::capi::Table*>(PyCapsule_GetPointer(capsule.ptr(), normkit::capi::kCapsuleName));
   if (api == nullptr) throw py::error_already_set();
   if (api->version != normkit::capi::kVersion || api->fwd_args_size != sizeof(nn::RmsNormFwdArgs) ||
-      api->bwd_args_size != sizeof(nn::RmsNormBwdArgs)) {
+      api->bwd_args_size != sizeof(nn::RmsNormBwdArgs) || api->ln_fwd_args_size != sizeof(nn::LayerNormFwdArgs) ||
+      api->ln_bwd_args_size != sizeof(nn::LayerNormBwdArgs)) {
     throw py::import_error("normkit._torch_C was built against another normkit._C (C table version " +
                            std::to_string(api->version) + "); reinstall normkit");
   }
@@ -532,5 +687,20 @@ PYBIND11_MODULE(_torch_C, m) {
         py::arg("dresidual_out"), py::arg("dx_dtype"), py::arg("dbias_dtype"), py::arg("dresidual_dtype"),
         py::arg("weight_offset"),
         "RMSNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when a check fails or the "
+        "rows need a copy (normkit.torch then takes the call, and raises).");
+  m.def("layernorm", &layernorm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
+        py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("prenorm"),
+        "normkit.torch.layernorm for plain calls (checks included): out, or (out, residual_out) when prenorm. "
+        "None when a check fails or the rows need a copy: normkit.torch then takes the call (and raises).");
+  m.def("layernorm_fwd", &layernorm_fwd, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
+        py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("store_stats"),
+        py::arg("store_residual_out"), py::arg("grad"),
+        "LayerNorm forward; (out, residual_out or None, mean or None, rstd or None), with a C++ autograd node "
+        "when grad. None when a check fails or the rows need a copy (normkit.torch then takes the call, and "
+        "raises).");
+  m.def("layernorm_bwd", &layernorm_bwd, py::arg("x"), py::arg("weight"), py::arg("dout"), py::arg("mean"),
+        py::arg("rstd"), py::arg("dresidual_out"), py::arg("dx_dtype"), py::arg("dbias_dtype"),
+        py::arg("dresidual_dtype"),
+        "LayerNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when a check fails or the "
         "rows need a copy (normkit.torch then takes the call, and raises).");
 }
