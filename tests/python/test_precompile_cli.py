@@ -1,5 +1,6 @@
 """`normkit precompile`: fills the disk cache for explicit targets with no GPU."""
 
+import collections
 import json
 import os
 import subprocess
@@ -88,12 +89,17 @@ def test_op_list_and_all_precompile_both_norms(nvrtc):
     assert both.returncode == 0, both.stdout + both.stderr
     report = json.loads(both.stdout)
     assert report["ops"] == ["rmsnorm", "layernorm"]
-    assert sorted(k["family"] for k in report["kernels"]) == ["layernorm_fwd", "rmsnorm_fwd"]
+    families = collections.Counter(k["family"] for k in report["kernels"])
+    # The same forward plans for both norms (the few-rows plan and the long-run one).
+    assert set(families) == {"layernorm_fwd", "rmsnorm_fwd"}
+    assert families["layernorm_fwd"] == families["rmsnorm_fwd"] >= 1
+    total = sum(families.values())
 
     again = run_cli("precompile", *small, "--op", "all")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "sm_80 rmsnorm fwd n=256" in again.stdout and "sm_80 layernorm fwd n=256" in again.stdout
-    assert "2 kernels for sm_80" in again.stdout and "0 compiled, 2 already cached" in again.stdout
+    assert f"{total} kernels for sm_80" in again.stdout
+    assert f"0 compiled, {total} already cached" in again.stdout
 
 
 def test_layernorm_bindings_describe_count_and_name_the_argument():
