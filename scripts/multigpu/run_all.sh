@@ -77,6 +77,7 @@ envinfo=$(
   echo "date: $DATE"
   echo "commit: $COMMIT"
   echo "gpus:"; nvidia-smi -L 2>&1 | sed 's/^/  /'
+  echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | sort -u | tr '\n' ' ')"
   echo "topology:"; nvidia-smi topo -m 2>&1 | sed 's/^/  /'
   echo "env: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
   "$PY" -c "import sys, torch; print('python:', sys.version.split()[0]); print('torch:', torch.__version__, '(cuda', str(torch.version.cuda) + ', nccl', '.'.join(map(str, torch.cuda.nccl.version())) + ')', 'gpus visible:', torch.cuda.device_count())" 2>&1
