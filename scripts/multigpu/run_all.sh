@@ -2,14 +2,14 @@
 # Issue 6 in one call on a machine with two GPUs (e.g. the nvidia-h200-x2 kind):
 # the two-GPU pytest module, then train_ddp.py under torchrun for
 #   mode in ddp fsdp2 x compile in off on x norm in torch normkit
-# and compare_losses.py for each (mode, compile) pair.
+# and compare_losses.py for each (mode, compile) pair, then plot_losses.py.
 #   usage: bash scripts/multigpu/run_all.sh        (results in $OUT, default a temp dir)
 #
 # Assumes normkit is installed for $PYTHON (default python3), e.g. by
 #   python3 -m pip install --no-build-isolation --no-deps .
 # and installs it that way itself (log: $OUT/build.log) when `import normkit.torch` fails.
 #
-# What lands in $OUT (the device tool brings back at most 8 files; this writes 5):
+# What lands in $OUT (the device tool brings back at most 8 files; this writes 6):
 #   multigpu_summary.txt   environment, each step's rc and time, pytest counts, the
 #                          comparisons' verdicts, norm kinds covered; rewritten after each step
 #   multigpu.log           everything the steps printed
@@ -17,6 +17,8 @@
 #                           "comparisons": {"<mode>-<compile>": compare_losses.py verdict}},
 #                          merged after every step (the per-run JSONs live in a temp dir)
 #   pytest-multigpu.xml    JUnit XML of tests/multigpu (captured stdout included)
+#   multigpu_losses.png    plot_losses.py: loss curves and step times, torch vs normkit, per
+#                          (mode, compile); a plot failure is logged and leaves the status alone
 #   build.log              only when this script had to install normkit
 #
 # Time: aims to end within MULTIGPU_BUDGET_S (default 500) seconds. Each step is
@@ -69,10 +71,13 @@ os.replace(results + ".tmp", results)
 EOF
 merge() { "$PY" "$WORK/merge.py" "$RESULTS" "$@" >>"$LOG" 2>&1; }
 
+DATE=$(date -u +"%Y-%m-%dT%H:%M:%SZ")
+COMMIT=${NORMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 envinfo=$(
-  echo "date: $(date -u +"%Y-%m-%dT%H:%M:%SZ")"
-  echo "commit: ${NORMKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+  echo "date: $DATE"
+  echo "commit: $COMMIT"
   echo "gpus:"; nvidia-smi -L 2>&1 | sed 's/^/  /'
+  echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | sort -u | tr '\n' ' ')"
   echo "topology:"; nvidia-smi topo -m 2>&1 | sed 's/^/  /'
   echo "env: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
   "$PY" -c "import sys, torch; print('python:', sys.version.split()[0]); print('torch:', torch.__version__, '(cuda', str(torch.version.cuda) + ', nccl', '.'.join(map(str, torch.cuda.nccl.version())) + ')', 'gpus visible:', torch.cuda.device_count())" 2>&1
@@ -210,6 +215,18 @@ for ((i = 0; i < ${#runs[@]}; i++)); do
     write_summary no
   fi
 done
+
+# The plot is a view of $RESULTS, not a check: its failure is reported, never a FAIL.
+echo "=== plot" | tee -a "$LOG"
+plot_out=$("$PY" scripts/multigpu/plot_losses.py "$RESULTS" --out "$OUT/multigpu_losses.png" \
+  --title "normkit $COMMIT, $DATE: torch norms vs normkit norms" 2>&1)
+rc=$?
+echo "$plot_out" | tee -a "$LOG"
+if [ "$rc" -eq 0 ]; then
+  summary+=("plot: multigpu_losses.png")
+else
+  summary+=("plot: NOT written (plot_losses.py rc=$rc: $(tail -n 1 <<<"$plot_out"); see multigpu.log)")
+fi
 
 write_summary yes
 echo "--- $SUMMARY" | tee -a "$LOG"

@@ -37,10 +37,25 @@ not agree with each other):
 wraps the model (the torchtitan recipe): a graph break in normkit's ops is an error.
 
 Rank 0 writes --out: per-step loss (mean over ranks), per-step CUDA-synchronized wall
-time, and a summary (median/mean step time without the first --warmup steps,
-tokens/s), mode, norm, compile, torch/CUDA/NCCL versions, GPU names, normkit's
-runtime counters. Exit status: 0 when every loss is finite, 1 otherwise, 2 on a
-usage error.
+time, and a summary (median/mean step time without the first --warmup steps and any
+profiled steps, tokens/s), mode, norm, compile, torch/CUDA/NCCL versions, GPU names,
+normkit's runtime counters. Exit status: 0 when every loss is finite, 1 otherwise, 2
+on a usage error.
+
+Profiling: --profile-steps K (default 0: off) records the K steps right after the
+--warmup steps with torch.profiler on rank 0 (CPU and CUDA activities; CPU only with
+--device cpu) and writes a text report to --profile-out (default: --out with
+"-profile.txt" in place of ".json"; printed when there is no --out either):
+key_averages() sorted by self CUDA time (top 25) and by self CPU time (top 25), and
+the number of cudaStreamSynchronize / cudaDeviceSynchronize / cudaMemcpy* calls (and
+their driver API counterparts, since normkit launches through the driver API), total
+and per step. The profiler slows the steps it records, so they are left out of the
+step-time summary like the warm-up steps (the JSON's "profile" says which); their
+losses are kept, since recording does not change what is computed. Other ranks are
+not profiled; they wait for rank 0 at a barrier outside the timed region after the
+last profiled step, so that none of them times rank 0's profiler teardown. The JSON's
+config does not include the profiling options, so a profiled run can still be
+compared with an unprofiled one.
 
 --device cpu (gloo, for checking the script without a GPU; normkit then runs its CPU
 fallback) is for development only.
@@ -94,9 +109,22 @@ def parse_args(argv=None):
                         "fixed successor of the previous token")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: script checks only (gloo)")
     p.add_argument("--out", default="", help="JSON written by rank 0 (default: print only)")
+    p.add_argument("--profile-steps", type=int, default=0, metavar="K",
+                   help="record K steps after the warm-up with torch.profiler on rank 0 (default 0: off)")
+    p.add_argument("--profile-out", default="", metavar="PATH",
+                   help="the profile's text report (default: <--out without .json>-profile.txt, else stdout)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.d_model % args.heads:
         p.error("need --steps >= 1, --warmup >= 0 and --d-model divisible by --heads")
+    if args.profile_steps < 0:
+        p.error("need --profile-steps >= 0")
+    # At least one step must remain for the step-time summary.
+    if args.profile_steps and args.warmup + args.profile_steps >= args.steps:
+        p.error(f"--profile-steps {args.profile_steps} after --warmup {args.warmup} leaves no timed step "
+                f"of --steps {args.steps}")
+    if args.profile_steps and not args.profile_out and args.out:
+        base = args.out[:-5] if args.out.endswith(".json") else args.out
+        args.profile_out = base + "-profile.txt"
     return args
 
 
@@ -221,6 +249,75 @@ def make_batches(args, rank):
 
 
 # ---------------------------------------------------------------------------
+# Profiling (--profile-steps)
+
+# Calls that make the host wait for the GPU or copy through it; a norm that adds any
+# per call would show here. cu* are the driver API's (normkit's runtime uses it).
+SYNC_CALL_PREFIXES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy",
+                      "cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpy")
+TOP_ROWS = 25
+
+
+def span(first, last):
+    """'step 6' or 'steps 6..7' (1-based numbers)."""
+    return f"step {first}" if first == last else f"steps {first}..{last}"
+
+
+def start_profiler(cuda):
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # acc_events: one recording either way; it only keeps torch's warning about events
+    # dropped between cycles (there is one cycle here) out of the log.
+    prof = profile(activities=activities, acc_events=True)
+    prof.start()
+    return prof
+
+
+def profile_report(prof, args, cuda, steps, step_times, logged_steps):
+    """The text report of --profile-steps (steps: 1-based numbers of the recorded steps)."""
+    k = len(steps)
+    averages = prof.key_averages()
+    calls = {}
+    for event in averages:
+        if event.key.startswith(SYNC_CALL_PREFIXES):
+            calls[event.key] = calls.get(event.key, 0) + event.count
+    out = [f"train_ddp.py profile: mode={args.mode} norm={args.norm} compile={args.compile} device={args.device}, "
+           f"rank 0, {span(steps[0], steps[-1])} ({k} step(s), after {args.warmup} warm-up step(s))",
+           "step times under the profiler (ms): " + ", ".join(f"{t * 1e3:.2f}" for t in step_times),
+           "argv: " + " ".join(sys.argv),
+           "",
+           "== host-device synchronizations and copies (count in the window; per step)"]
+    if calls:
+        for name, count in sorted(calls.items()):
+            out.append(f"  {name:40} {count:6d}  {count / k:8.2f}/step")
+    else:
+        out.append("  none recorded" + (" (--device cpu: no CUDA calls)" if not cuda else ""))
+    if cuda:
+        # What the script itself adds, from reading it (not measured separately): timing
+        # brackets each step with torch.cuda.synchronize, the batch is copied host to
+        # device, and the logged steps read the loss back with .item().
+        out.append(f"  of these, the script's own (timing and logging): 2 torch.cuda.synchronize per step "
+                   f"(cudaDeviceSynchronize), 1 host-to-device batch copy per step (cudaMemcpy*), and a "
+                   f"loss.item() read-back on {logged_steps} logged step(s) in this window")
+    out += ["", f"== top {TOP_ROWS} by self CUDA time"]
+    if cuda:
+        out.append(averages.table(sort_by="self_device_time_total", row_limit=TOP_ROWS))
+    else:
+        out.append("not recorded (--device cpu: CPU activity only)")
+    out += ["", f"== top {TOP_ROWS} by self CPU time",
+            averages.table(sort_by="self_cpu_time_total", row_limit=TOP_ROWS)]
+    return "\n".join(out) + "\n"
+
+
+def write_text(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+# ---------------------------------------------------------------------------
 
 
 def main(argv=None):
@@ -299,10 +396,19 @@ def main(argv=None):
     if cuda:
         normkit.reset_counters()
         torch.cuda.reset_peak_memory_stats(device)
+    # 0-based indices of the profiled steps: the first ones after the warm-up.
+    profiled = range(args.warmup, args.warmup + args.profile_steps)
+    prof = None
+
+    def logged(step):
+        return step == 0 or (step + 1) % 10 == 0
+
     losses_local, times = [], []
     dist.barrier()
     t_start = time.perf_counter()
     for step in range(args.steps):
+        if rank == 0 and profiled and step == profiled[0]:
+            prof = start_profiler(cuda)
         seq = batches[step].to(device, non_blocking=True)
         sync()
         t0 = time.perf_counter()
@@ -315,9 +421,26 @@ def main(argv=None):
         sync()
         times.append(time.perf_counter() - t0)
         losses_local.append(loss.detach())
-        if step == 0 or (step + 1) % 10 == 0:
+        if logged(step):
             log(f"[train] step {step + 1:3d}/{args.steps} local loss {loss.item():.4f} ({times[-1] * 1e3:.1f} ms)")
+        if profiled and step == profiled[-1]:
+            if prof is not None:
+                prof.stop()
+            dist.barrier()
     total_s = time.perf_counter() - t_start
+
+    profile_info = None
+    if rank == 0 and prof is not None:
+        steps_1 = [i + 1 for i in profiled]
+        report = profile_report(prof, args, cuda, steps_1, [times[i] for i in profiled],
+                                sum(logged(i) for i in profiled))
+        if args.profile_out:
+            write_text(args.profile_out, report)
+            log(f"[train] profile of {span(steps_1[0], steps_1[-1])} written to {args.profile_out}")
+        else:
+            print(report, flush=True)
+        profile_info = {"steps": steps_1, "report": args.profile_out or None,
+                        "activities": ["cpu", "cuda"] if cuda else ["cpu"], "rank": 0}
 
     losses = torch.stack(losses_local).float()
     dist.all_reduce(losses)  # mean over ranks: the global batch's loss
@@ -329,10 +452,14 @@ def main(argv=None):
     dist.all_gather_object(gathered, local_info)
 
     ok = all(math.isfinite(v) for v in losses)
-    timed = times[args.warmup:] if len(times) > args.warmup else times
+    timed = [t for i, t in enumerate(times) if i >= args.warmup and i not in profiled]
+    n_warmup, n_profiled = min(args.warmup, len(times)), len(profiled)
+    if not timed:  # no more steps than warm-up steps (parse_args keeps profiling from causing this)
+        timed, n_warmup, n_profiled = times, 0, 0
     tokens = args.batch * args.seq * world
     summary = {
-        "warmup_steps_excluded": len(times) - len(timed),
+        "warmup_steps_excluded": n_warmup,
+        "profiled_steps_excluded": n_profiled,
         "median_step_s": statistics.median(timed),
         "mean_step_s": statistics.fmean(timed),
         "min_step_s": min(timed),
@@ -344,8 +471,11 @@ def main(argv=None):
         "final_loss": losses[-1],
         "mean_loss_last_10": statistics.fmean(losses[-10:]),
     }
+    excluded = span(args.warmup + 1, args.steps)
+    if profiled:
+        excluded += f" without the profiled {span(profiled[0] + 1, profiled[-1] + 1)}"
     log(f"[train] loss {losses[0]:.4f} -> {losses[-1]:.4f}; median step {summary['median_step_s'] * 1e3:.2f} ms "
-        f"(steps {args.warmup + 1}..{args.steps}), {summary['tokens_per_s']:.0f} tokens/s, total {total_s:.1f} s")
+        f"({excluded}), {summary['tokens_per_s']:.0f} tokens/s, total {total_s:.1f} s")
 
     if rank == 0:
         result = {
@@ -379,6 +509,7 @@ def main(argv=None):
             "summary": summary,
             "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
             "normkit_counters": normkit.counters() if args.norm == "normkit" else None,
+            "profile": profile_info,
             "argv": sys.argv,
         }
         if args.out:
