@@ -243,18 +243,22 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
 
-  // Forward rows of >= 512 threads (one or two CTAs per SM, N >= 16384 for 16-bit
-  // rows) walk rows persistently and prefetch the next (norm_fwd_kernel's
+  // Forward rows of 1024-thread CTAs (one CTA per SM: 16-bit N >= 32768, clusters
+  // beyond 32768) walk rows persistently and prefetch the next (norm_fwd_kernel's
   // PREFETCH): a CTA alone on its SM idled from the end of its loads to the next
-  // CTA's start (bf16 N=32768 0.81x copy, N=131072 0.69x; quack 0.98x there).
-  // Not measured yet on a GPU (branch wip/fwd-persistent).
-  if (!in.backward && p.regs && p.tpr >= 512 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
+  // CTA's start. H200, M*N = 2^27, bf16 without residual, ratio to copy without ->
+  // with (two runs with it, docs/perf/h200.md): N=32768 0.83 -> 0.97 / 0.88, 65536
+  // 0.73 -> 0.89 / 0.81, 131072 0.69 -> 0.74 / 0.74, 262144 0.65 -> 0.69 / 0.70.
+  // 512-thread rows (N=16384, two CTAs per SM, which already overlap one another's
+  // loads) lost with it: 0.96 -> 0.72 / 0.73.
+  if (!in.backward && p.regs && p.tpr >= 1024 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
       !in.center && !in.bias && in.arch >= 80)
     p.prefetch = true;
 
   // Forward calls of few rows load weight and bias with the row (one memory
-  // latency less per call; more registers, which they can spare). Not measured yet
-  // on a GPU (branch wip/fwd-persistent).
+  // latency less per call; more registers, which they can spare). H200 by graph
+  // replay, bf16 without residual: M=1 N=4096 3.88 -> 2.43 us, M=128 N=4096 4.19
+  // -> 2.93 us (copy 1.6 and 2.2 us).
   if (!in.backward && in.few_rows && p.regs && !p.prefetch && p.threads() <= 256) p.early_params = true;
 
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.

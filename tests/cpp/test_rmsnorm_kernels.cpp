@@ -208,7 +208,7 @@ TEST(RmsNormPlan, CenteredSyncedPlanTakesTwoCtasPerSm) {
 }
 
 // The forward pipeline (persistent rows, next row prefetched) only for 16-bit rows
-// of >= 512 threads whose epilogue leaves room for a second raw row: no residual,
+// of 1024-thread CTAs (one per SM) whose epilogue leaves room for a second raw row: no residual,
 // no LayerNorm centring, no bias (those spilled under 64 registers).
 TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
   auto fwd = [](std::int64_t n, DType x, bool residual, bool center, bool bias, int max_vec = 8) {
@@ -222,7 +222,7 @@ TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
     in.bias = bias;
     return plan_rows(in);
   };
-  for (std::int64_t n : {16384, 32768, 131072, 262144}) {
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
     EXPECT_TRUE(fwd(n, bf16, false, false, false).prefetch) << n;
     EXPECT_TRUE(fwd(n, f16, false, false, false).prefetch) << n;
     EXPECT_FALSE(fwd(n, bf16, true, false, false).prefetch) << n;
@@ -231,7 +231,10 @@ TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
     EXPECT_FALSE(fwd(n, f32, false, false, false).prefetch) << n;
     EXPECT_FALSE(fwd(n, bf16, false, false, false, 4).prefetch) << n;  // 8-byte vectors
   }
-  EXPECT_FALSE(fwd(4096, bf16, false, false, false).prefetch);  // several CTAs per SM already
+  // Several CTAs per SM already overlap one another's loads (N=16384: 512 threads,
+  // measured slower with the pipeline).
+  EXPECT_FALSE(fwd(4096, bf16, false, false, false).prefetch);
+  EXPECT_FALSE(fwd(16384, bf16, false, false, false).prefetch);
 }
 
 TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
