@@ -356,6 +356,37 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
   EXPECT_GT(kernels, 40);
 }
 
+// Calls of few rows with a residual keep both rows raw (RAW_RES, 16-bit x and
+// residual): that path and the fp32 ones beside it, for both norms, without spills.
+TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
+  const std::string target = "sm_90a";
+  int kernels = 0;
+  for (std::int64_t n : {1024, 4096, 8192}) {
+    for (DType x : {bf16, f32}) {
+      for (DType residual : {x, f32}) {
+        for (const bool center : {false, true}) {
+          RmsFwdSpec f;
+          f.n = n;
+          f.x = x;
+          f.residual = residual;
+          f.residual_out = residual;
+          f.weight = x;
+          if (center) f.bias = x;
+          f.center = center;
+          f.out = x;
+          f.few_rows = true;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          EXPECT_TRUE(f.plan.early_params) << n << " " << f.plan.str();
+          auto kf = rt().compile(fwd_source(f), Target::parse(target));
+          EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+          ++kernels;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 24);
+}
+
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
   const std::string target = "sm_90a";
   int kernels = 0;

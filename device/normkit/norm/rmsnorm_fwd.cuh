@@ -38,19 +38,30 @@ template <class Cfg, class X, class R, class RO, class W, class B, class O, bool
           bool PREFETCH, bool EARLY>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
-  // REGS without a residual: the row stays in registers as loaded (its storage
+  // RAW (REGS without a residual, or RAW_RES): the row stays in registers as loaded (its storage
   // dtype: half the registers of fp32 for 16-bit data), and all of a thread's
   // loads are issued before any is used. Loaded and converted item by item, the
   // compiler reused one load's registers for the next: one 16-byte load in flight
   // per thread instead of ITEMS (the SASS of 16-bit rows, e.g. bf16 N=131072,
   // showed it). With a residual, h = x + residual is kept in fp32 as before:
   // both raw rows spilled under the 64 registers of 1024-thread CTAs.
-  constexpr bool RAW = Cfg::REGS && is_none<R>;
-  constexpr bool H32 = Cfg::REGS && !is_none<R>;
-  static_assert(!PREFETCH || RAW, "the pipeline keeps raw rows without a residual");
+  // RAW_RES: calls of few rows (EARLY, <= 256 threads, so registers to spare)
+  // keep the residual raw too, both rows loaded before either is used. Built as
+  // h32 item by item, each item's two loads were waited on before the next item's
+  // were issued: a residual decode call (M=1, N=4096 bf16) took 5.3 us by graph
+  // replay against 2.4 without the residual. 16-bit rows only: two raw fp32 rows
+  // cost twice the registers of h.
+  constexpr bool RAW_RES = Cfg::REGS && !is_none<R> && EARLY && !PREFETCH && Cfg::THREADS <= 256 &&
+                           sizeof(X) + size_or_zero<R> <= 4;
+  constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES);
+  constexpr bool H32 = Cfg::REGS && !RAW;
+  static_assert(!PREFETCH || (RAW && is_none<R>), "the pipeline keeps raw rows without a residual");
   __shared__ typename Cfg::Reduce reduce_storage;
   const RowThread<Cfg> t = RowThread<Cfg>::make();
-  using RawRow = RawVec<X, VEC>[RAW ? Cfg::ITEMS : 1];
+  struct RawRow {
+    RawVec<X, VEC> x[RAW ? Cfg::ITEMS : 1];
+    RawVec<typename or_type<R, X>::type, VEC> res[RAW_RES ? Cfg::ITEMS : 1];
+  };
 
   // The thread's row of the step starting at `base` (uniform across the CTA).
   struct RowAt {
@@ -66,8 +77,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       const X* x = row_ptr<X>(p.x, p.shape, at.r);
       for_each_item<Cfg>([&](int k) {
         if (!at.active || !t.owns(k)) return;
-        raw[k].load(x + t.column(k));
+        raw.x[k].load(x + t.column(k));
       });
+      if constexpr (RAW_RES) {
+        const R* res = row_ptr<R>(p.residual, p.shape, at.r);
+        for_each_item<Cfg>([&](int k) {
+          if (!at.active || !t.owns(k)) return;
+          raw.res[k].load(res + t.column(k));
+        });
+      }
     }
   };
 
@@ -98,7 +116,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     auto get_h = [&](int k, float (&v)[VEC], bool first) {
       if constexpr (RAW) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) v[i] = first ? raw[k].get(i) : raw[k].get_again(i);
+        for (int i = 0; i < VEC; ++i) v[i] = first ? raw.x[k].get(i) : raw.x[k].get_again(i);
+        if constexpr (RAW_RES) {
+          // The same fp32 sum as load_h's, so residual_out has the same bits.
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[i] += first ? raw.res[k].get(i) : raw.res[k].get_again(i);
+        }
       } else if constexpr (H32) {
         if (first) {
           load_h(k, v);
