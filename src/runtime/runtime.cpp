@@ -417,6 +417,32 @@ void Runtime::prepare(const KernelSource& kernel, const std::vector<int>& device
   for (int device : devices) get(kernel, device);
 }
 
+namespace {
+
+CUlaunchAttribute cluster_attribute(const Dim3& cluster) {
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cluster.x;
+  attr.value.clusterDim.y = cluster.y;
+  attr.value.clusterDim.z = cluster.z;
+  return attr;
+}
+
+// cfg's block and shared memory over `grid`; no stream, no attributes.
+CUlaunchConfig driver_launch_config(const LaunchConfig& cfg, const Dim3& grid) {
+  CUlaunchConfig lc{};
+  lc.gridDimX = grid.x;
+  lc.gridDimY = grid.y;
+  lc.gridDimZ = grid.z;
+  lc.blockDimX = cfg.block.x;
+  lc.blockDimY = cfg.block.y;
+  lc.blockDimZ = cfg.block.z;
+  lc.sharedMemBytes = cfg.shared_bytes;
+  return lc;
+}
+
+}  // namespace
+
 std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const LaunchConfig& cfg) {
   NK_CHECK(kernel.function != nullptr && kernel.compiled, "max_resident_ctas: kernel handle is empty");
   const DriverApi& d = driver();
@@ -431,20 +457,9 @@ std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const Launch
     return static_cast<std::int64_t>(per_sm) * device_info(kernel.device).sm_count;
   }
   if (cluster_size > 8) NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = cfg.cluster.x;
-  attr.value.clusterDim.y = cfg.cluster.y;
-  attr.value.clusterDim.z = cfg.cluster.z;
-  CUlaunchConfig lc{};
+  CUlaunchAttribute attr = cluster_attribute(cfg.cluster);
   // The grid must be a whole number of clusters; its size does not matter here.
-  lc.gridDimX = cfg.cluster.x;
-  lc.gridDimY = cfg.cluster.y;
-  lc.gridDimZ = cfg.cluster.z;
-  lc.blockDimX = cfg.block.x;
-  lc.blockDimY = cfg.block.y;
-  lc.blockDimZ = cfg.block.z;
-  lc.sharedMemBytes = cfg.shared_bytes;
+  CUlaunchConfig lc = driver_launch_config(cfg, cfg.cluster);
   lc.attrs = &attr;
   lc.numAttrs = 1;
   int clusters = 0;
@@ -462,11 +477,7 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   unsigned n_attrs = 0;
   const unsigned cluster_size = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
   if (cfg.cluster.x != 0) {
-    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n_attrs].value.clusterDim.x = cfg.cluster.x;
-    attrs[n_attrs].value.clusterDim.y = cfg.cluster.y;
-    attrs[n_attrs].value.clusterDim.z = cfg.cluster.z;
-    ++n_attrs;
+    attrs[n_attrs++] = cluster_attribute(cfg.cluster);
     // Clusters above 8 CTAs are "non-portable" and must be enabled per function.
     if (cluster_size > 8) NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
   }
@@ -485,14 +496,7 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
                                        static_cast<int>(cfg.shared_bytes)));
     }
   }
-  CUlaunchConfig lc{};
-  lc.gridDimX = cfg.grid.x;
-  lc.gridDimY = cfg.grid.y;
-  lc.gridDimZ = cfg.grid.z;
-  lc.blockDimX = cfg.block.x;
-  lc.blockDimY = cfg.block.y;
-  lc.blockDimZ = cfg.block.z;
-  lc.sharedMemBytes = cfg.shared_bytes;
+  CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);
   lc.hStream = static_cast<CUstream>(cfg.stream);
   lc.attrs = n_attrs ? attrs : nullptr;
   lc.numAttrs = n_attrs;

@@ -96,6 +96,13 @@ class RmsNormKernels : public nktest::FreshRuntime, public ::testing::WithParamI
 
 class RmsNormKernelSweep : public nktest::FreshRuntime {
  protected:
+  // Compiles a planned forward spec for `target` and expects no spills.
+  void expect_fwd_clean(const RmsFwdSpec& f, const std::string& target) {
+    const normkit::rt::KernelSource source = fwd_source(f);
+    auto kf = rt().compile(source, Target::parse(target));
+    EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << target << " fwd n=" << f.n << " " << f.plan.str();
+    EXPECT_EQ(source.family, f.center ? "layernorm_fwd" : "rmsnorm_fwd");
+  }
   // Compiles every kernel a planned backward spec launches (row, dot, column
   // kernels) for `target`, expects no spills; returns how many it compiled.
   int expect_bwd_clean(const RmsBwdSpec& b, const std::string& target) {
@@ -332,9 +339,7 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
         f.store_rstd = true;
         f.center = true;
         f.plan = plan_fwd(f, 8, arch_of(target));
-        auto kf = rt().compile(fwd_source(f), Target::parse(target));
-        EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
-        EXPECT_EQ(fwd_source(f).family, "layernorm_fwd");
+        expect_fwd_clean(f, target);
         ++kernels;
         for (const bool grads : {true, false}) {
           RmsBwdSpec b;
@@ -377,8 +382,7 @@ TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
           f.few_rows = true;
           f.plan = plan_fwd(f, 8, arch_of(target));
           EXPECT_TRUE(f.plan.early_params) << n << " " << f.plan.str();
-          auto kf = rt().compile(fwd_source(f), Target::parse(target));
-          EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+          expect_fwd_clean(f, target);
           ++kernels;
         }
       }
@@ -403,8 +407,7 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
         for (const bool few_rows : {false, true}) {  // few rows: weight loaded with the row (early_params)
           f.few_rows = few_rows;
           f.plan = plan_fwd(f, 8, arch_of(target));
-          auto kf = rt().compile(fwd_source(f), Target::parse(target));
-          EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << "fwd n=" << n << " " << f.plan.str();
+          expect_fwd_clean(f, target);
         }
         for (const bool few_rows : {false, true}) {  // the grid's M=1/199 calls and its M=8192 ones
           RmsBwdSpec b;

@@ -62,7 +62,12 @@ CASES = {
 }
 
 
-def _run(case, use_ext, monkeypatch):
+def _run_norm(norm, case, use_ext, monkeypatch, node=None):
+    """Forward and backward of `norm` on a case, with or without the C++ eager path.
+
+    node: the autograd node the C++ path records (checked present exactly when it ran).
+    Returns (outputs, input grads, output grads fed in).
+    """
     monkeypatch.setattr(_ops, "_ext", _ops._ext if use_ext else None)
     x, w, b, r, kw = case
     kw = dict(kw)
@@ -72,12 +77,19 @@ def _run(case, use_ext, monkeypatch):
     if cols is not None:
         inputs[0] = leaves[0][:, :cols]
         assert not inputs[0].is_contiguous()
-    result = rmsnorm(*inputs, **kw)
+    result = norm(*inputs, **kw)
     outs = list(result) if isinstance(result, tuple) else [result]
+    if node is not None:
+        name = outs[0].grad_fn.name()
+        assert (node in name) == use_ext, name
     torch.manual_seed(1)
     grads_in = [torch.randn_like(o) for o in outs]
     torch.autograd.backward(outs, grads_in)
-    return outs, [t.grad if t is not None else None for t in leaves]
+    return outs, [t.grad if t is not None else None for t in leaves], grads_in
+
+
+def _run(case, use_ext, monkeypatch):
+    return _run_norm(rmsnorm, case, use_ext, monkeypatch)[:2]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -351,23 +363,7 @@ LN_CASES = {
 
 
 def _run_ln(case, use_ext, monkeypatch):
-    monkeypatch.setattr(_ops, "_ext", _ops._ext if use_ext else None)
-    x, w, b, r, kw = case
-    kw = dict(kw)
-    cols = kw.pop("_slice", None)
-    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
-    inputs = list(leaves)
-    if cols is not None:
-        inputs[0] = leaves[0][:, :cols]
-        assert not inputs[0].is_contiguous()
-    result = layernorm(*inputs, **kw)
-    outs = list(result) if isinstance(result, tuple) else [result]
-    node = outs[0].grad_fn.name()
-    assert ("normkit::LayerNormFunction" in node) == use_ext, node
-    torch.manual_seed(1)
-    grads_in = [torch.randn_like(o) for o in outs]
-    torch.autograd.backward(outs, grads_in)
-    return outs, [t.grad if t is not None else None for t in leaves], grads_in
+    return _run_norm(layernorm, case, use_ext, monkeypatch, node="normkit::LayerNormFunction")
 
 
 @pytest.mark.parametrize("name", list(LN_CASES))
