@@ -55,6 +55,9 @@ std::int64_t next_pow2(std::int64_t v) {
 // the two-pass kernel's 1113, fp32 N=262144 with weight 1351 against 2110.
 constexpr int kStashThreads = 256;
 constexpr std::int64_t kStashBudget = 72 * 1024;
+// RowPlan::smem_sums: at most this much shared memory per CTA (two CTAs per SM on
+// sm_90 up to 113 KB each; 128 KB leaves LayerNorm N=16384 one CTA per SM).
+constexpr std::int64_t kSmemSumsBudget = 128 * 1024;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
@@ -137,7 +140,7 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
-         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") +
+         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -201,6 +204,16 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       // come from the column pass.
       p.row_sums = false;
       tpr = threads_for(64 / in.x_bytes);
+      // 16-bit rows that still fit one CTA keep dw/db in shared memory instead
+      // (RowPlan::smem_sums): the column pass's second read of h and dout was 40%
+      // of the backward's traffic (bf16 N=16384 with dw: 0.53-0.59x copy).
+      // Worst case two sums (dw and db); not measured on a GPU yet.
+      const std::int64_t sums_bytes = (in.dbias ? 2 : 1) * in.n * 4;
+      if (tpr <= tpr_max && in.param_grads && in.x_bytes == 2 && in.arch >= 80 && sums_bytes <= kSmemSumsBudget) {
+        p.row_sums = true;
+        p.smem_sums = true;
+        p.smem_bytes = static_cast<int>(sums_bytes);
+      }
     }
   }
   if (tpr > tpr_max) {
@@ -239,7 +252,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // N=16384 0.31x: every row waits on a cluster-wide barrier). fp32 rows measured
   // 0.90-0.95x without it, and rows without dw/db sums (the column pass follows)
   // 0.49x with it against 0.53x (bf16 N=16384). Scalar rows spilled with it.
-  if (in.backward && p.regs && p.row_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
+  if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
 
@@ -268,7 +281,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // plus the fp32 column sums when the row kernel keeps them.
   const int row_regs = in.x_bytes >= 4 ? 2 : 1;
   const int per_elem = !in.backward ? 1
-                                    : row_regs * (p.prefetch ? 2 : 1) + (p.row_sums ? (in.dbias ? 2 : 1) : 0);
+                                    : row_regs * (p.prefetch ? 2 : 1) +
+                                          (p.row_sums && !p.smem_sums ? (in.dbias ? 2 : 1) : 0);
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
   const std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;
@@ -277,7 +291,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
-  if (p.stash) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
+  const int by_smem =
+      static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
+  if (p.stash) p.min_blocks = by_smem;
+  if (p.smem_sums) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;
 }
 

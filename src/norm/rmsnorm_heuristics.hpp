@@ -31,7 +31,12 @@ struct RowPlan {
   bool prefetch = false;
   // Forward, calls of few rows: weight and bias loaded with the row (norm_fwd_kernel's EARLY).
   bool early_params = false;
-  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash)
+  // Backward, 16-bit rows in registers whose dw/db sums do not fit beside them:
+  // the sums kept in shared memory, one fp32 per column and sum (norm_bwd_kernel's
+  // SMEM_SUMS), instead of a column pass that reads h and dout again. row_sums is
+  // true with it (the row kernel produces the partials).
+  bool smem_sums = false;
+  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, or the smem_sums)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
   std::string str() const;

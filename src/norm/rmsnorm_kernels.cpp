@@ -147,7 +147,7 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
     << flag(s.plan.row_sums) << ", " << flag(s.plan.stash) << ", "
-    << flag(s.plan.prefetch) << ", " << flag(s.center) << ">";
+    << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

@@ -177,9 +177,11 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     for (DType x : {bf16, f16}) {
       for (bool dbias : {false, true}) {
         const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
-        // With db, N=8192 needs 1024 threads: dw/db then come from the column pass.
-        EXPECT_EQ(p.prefetch, p.row_sums) << n << " " << p.str();
-        EXPECT_EQ(p.row_sums, !(dbias && n == 8192)) << n << " " << p.str();
+        // With db, N=8192 needs 1024 threads for register sums: they move to
+        // shared memory (smem_sums), which the pipeline is not planned with.
+        EXPECT_TRUE(p.row_sums) << n << " " << p.str();
+        EXPECT_EQ(p.smem_sums, dbias && n == 8192) << n << " " << p.str();
+        EXPECT_EQ(p.prefetch, !p.smem_sums) << n << " " << p.str();
         EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
       }
     }
@@ -191,6 +193,32 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
     EXPECT_FALSE(p.prefetch) << n << " " << p.str();
   }
+}
+
+// 16-bit rows that fit one CTA's registers but not with their dw/db sums keep
+// the sums in shared memory (one fp32 per column and sum), within the budget;
+// fp32 rows, rows beyond one CTA, calls without dw/db and few-rows calls do not.
+TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    for (DType x : {bf16, f16}) {
+      const RowPlan dw = plan(16384, x, true, false, target, 8, true);
+      EXPECT_TRUE(dw.smem_sums && dw.row_sums && dw.regs && !dw.stash && !dw.split && !dw.prefetch) << dw.str();
+      EXPECT_EQ(dw.cluster, 1) << dw.str();
+      EXPECT_EQ(dw.rows, 1) << dw.str();
+      EXPECT_EQ(dw.smem_bytes, 16384 * 4) << dw.str();
+      EXPECT_LE(dw.min_blocks, 3) << dw.str();  // what 64 KB per CTA leaves room for
+      const RowPlan dwdb = plan(16384, x, true, true, target, 8, true);
+      EXPECT_TRUE(dwdb.smem_sums) << dwdb.str();
+      EXPECT_EQ(dwdb.smem_bytes, 2 * 16384 * 4) << dwdb.str();
+      EXPECT_EQ(dwdb.min_blocks, 1) << dwdb.str();
+    }
+  }
+  EXPECT_FALSE(plan(16384, f32, true, false, "sm_90a", 8, true).smem_sums);
+  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a", 8, true).smem_sums);  // two CTAs: the stash
+  EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, false).smem_sums);  // no dw/db
+  EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, true, /*few_rows=*/true).smem_sums);
+  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a", 8, true).smem_sums);  // register sums fit
+  EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
 }
 
 // LayerNorm's synced kernel carries two chunk sums: two CTAs per SM (three
@@ -359,6 +387,33 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
     }
   }
   EXPECT_GT(kernels, 40);
+}
+
+// Shared-memory dw/db sums: the backward plans that take them compile without
+// spills (RMSNorm and LayerNorm, with and without db and dresidual_out).
+TEST_F(RmsNormKernelSweep, SharedMemorySumsBackwardCompilesWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    for (std::int64_t n : {8192, 16384}) {
+      for (const bool center : {false, true}) {
+        for (const bool residual : {false, true}) {
+          RmsBwdSpec b;
+          b.n = n;
+          b.x = bf16;
+          b.weight = bf16;
+          if (center) b.dbias = f32;
+          b.dout = bf16;
+          b.dx = bf16;
+          if (residual) b.dresidual_out = bf16;
+          b.center = center;
+          b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
+          if (!b.plan.smem_sums) continue;  // N=8192 without db keeps its sums in registers
+          kernels += expect_bwd_clean(b, target);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 3 * 2);  // per target: 16384 x {rms, ln} and 8192 x ln, each x residual
 }
 
 // Calls of few rows with a residual keep both rows raw (RAW_RES, 16-bit x and

@@ -16,7 +16,12 @@
 // small for short rows. Long rows need their registers for the row itself: then
 // (ROW_SUMS false) the row kernel only produces dx, and norm_bwd_param_kernel
 // computes dw/db in a separate column-wise pass (dw needs only rstd, not the
-// row's dot product). Rows too long even for that (REGS false) are split over a
+// row's dot product). For 16-bit rows of that length (SMEM_SUMS) the CTA keeps the
+// running sums in shared memory instead, one fp32 per column: the column pass
+// read h and dout a second time (10 bytes per element moved instead of 6; bf16
+// N=16384 with dw ran at 0.53-0.59x copy that way), shared memory has the room
+// (4 bytes per column and sum, 64 KB at N=16384) and ~8x the bandwidth needed.
+// Rows too long even for registers (REGS false) are split over a
 // cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
 // HBM is still read once, and the slice is small enough for three CTAs per SM,
 // so that one CTA's loads overlap another's reduction. dw/db then come from the
@@ -34,6 +39,51 @@ template <class Cfg>
 struct BwdCombineStorage {
   // ROWS > 1 with REGS: the CTA's column sums are combined here in row order.
   float cols[(Cfg::ROWS > 1 && Cfg::REGS) ? Cfg::SLICE_V * Cfg::VEC : 1];
+};
+
+// SMEM_SUMS: a CTA's fp32 running sums per column (dw or db) in shared memory.
+// A thread's VEC sums of vector v are kept in groups of HALF (4 floats, 16 bytes)
+// at v * HALF within their group's plane, so a warp's 16-byte accesses, 32
+// consecutive vectors, are contiguous and conflict-free. Every entry is read and
+// written only by the thread that owns its column (the same for every row of
+// the CTA): no barrier guards it, and each column's sum is added in row order.
+template <int VEC, int NV>
+struct SharedColumnSums {
+  static constexpr int HALF = VEC < 4 ? VEC : 4;
+  static constexpr int GROUPS = VEC / HALF;
+  static constexpr int FLOATS = NV * VEC;  // one row's columns
+  float* base;
+
+  __device__ __forceinline__ float* group(int v, int g) const { return base + g * (NV * HALF) + v * HALF; }
+  __device__ __forceinline__ void zero(int v) const {
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g)
+#pragma unroll
+      for (int j = 0; j < HALF; ++j) group(v, g)[j] = 0.f;
+  }
+  __device__ __forceinline__ void add(int v, const float (&x)[VEC]) const {
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+      float* s = group(v, g);
+      if constexpr (HALF == 4) {
+        float4 q = *reinterpret_cast<float4*>(s);
+        q.x += x[g * 4];
+        q.y += x[g * 4 + 1];
+        q.z += x[g * 4 + 2];
+        q.w += x[g * 4 + 3];
+        *reinterpret_cast<float4*>(s) = q;
+      } else {
+#pragma unroll
+        for (int j = 0; j < HALF; ++j) s[j] += x[g * HALF + j];
+      }
+    }
+  }
+  __device__ __forceinline__ void read(int v, float (&x)[VEC]) const {
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g)
+#pragma unroll
+      for (int j = 0; j < HALF; ++j) x[g * HALF + j] = group(v, g)[j];
+  }
 };
 
 // Adds the ROWS rows' per-thread sums `acc` in row order and writes the CTA's
@@ -108,23 +158,28 @@ inline constexpr int kStashGroup = 3;
 // of its loads to the start of the next row's: ncu on H200, bf16 N=4096 with
 // dw, 2 CTAs of 256 threads per SM: 55% of DRAM peak, 0.70x copy.
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
-          bool PREFETCH, bool CENTER>
+          bool PREFETCH, bool CENTER, bool SMEM_SUMS>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
+  static_assert(!SMEM_SUMS || (Cfg::REGS && ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && Cfg::CLUSTER == 1),
+                "shared-memory sums: one register-resident row per CTA at a time, no cluster");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
   constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
   constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
-  constexpr int SUMS = (DW || SUM_DB) ? ACC : 1;
+  constexpr int SUMS = (DW || SUM_DB) && !SMEM_SUMS ? ACC : 1;
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, CENTER ? 2 : 1> reduce_storage;
   __shared__ BwdCombineStorage<Cfg> combine;
   extern __shared__ __align__(16) unsigned char stash_memory[];
   using Stash = RowStash<Cfg, X, DY>;
   const Stash stash = Stash::make(stash_memory);
+  using ColumnSums = SharedColumnSums<VEC, Cfg::NV>;
+  const ColumnSums dw_smem{reinterpret_cast<float*>(stash_memory)};
+  const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
   const long long heads = p.shape.heads;
@@ -142,6 +197,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   for (int k = 0; k < SUMS; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) dw_acc[k][i] = db_acc[k][i] = 0.f;
+  if constexpr (SMEM_SUMS) {
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      if constexpr (DW) dw_smem.zero(t.slice_vector(k));
+      if constexpr (SUM_DB) db_smem.zero(t.slice_vector(k));
+    });
+  }
 
   // A row of this thread: `base` is the CTA's first row of the step (uniform
   // across the CTA), r the batch row, rstd its saved rstd.
@@ -193,7 +255,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
         stash.h[t.slice_vector(k)] = hp;
         stash.dy[t.slice_vector(k)] = dp;
       }
-      if constexpr (DW || SUM_DB) {
+      if constexpr (SMEM_SUMS) {
+        if constexpr (DW) {
+          float prod[VEC];
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) prod[i] = d[i] * xh[i];
+          dw_smem.add(t.slice_vector(k), prod);
+        }
+        if constexpr (SUM_DB) db_smem.add(t.slice_vector(k), d);
+      } else if constexpr (DW || SUM_DB) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           dw_acc[k][i] += d[i] * xh[i];
@@ -271,14 +341,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     for (long long base = first; base < rows_per_head; base += stride) finish_row(load_row(base, h_a, d_a), h_a, d_a);
   }
 
-  if constexpr (DW) {
-    if (p.dweight_final != nullptr) {
-      write_partial<Cfg>(t, dw_acc, static_cast<W*>(p.dweight_final) + head_offset, combine);
-    } else {
-      write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+  // The sums as the one writer takes them: the registers, or (SMEM_SUMS) the
+  // shared-memory sums read back into registers, which the row no longer needs.
+  auto write_sums = [&](const auto& dw_sums, const auto& db_sums) {
+    if constexpr (DW) {
+      if (p.dweight_final != nullptr) {
+        write_partial<Cfg>(t, dw_sums, static_cast<W*>(p.dweight_final) + head_offset, combine);
+      } else {
+        write_partial<Cfg>(t, dw_sums, dw_partial, combine);
+      }
     }
+    if constexpr (SUM_DB) write_partial<Cfg>(t, db_sums, db_partial, combine);
+  };
+  if constexpr (SMEM_SUMS) {
+    float dw_sums[ACC][VEC], db_sums[ACC][VEC];
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      if constexpr (DW) dw_smem.read(t.slice_vector(k), dw_sums[k]);
+      if constexpr (SUM_DB) db_smem.read(t.slice_vector(k), db_sums[k]);
+    });
+    write_sums(dw_sums, db_sums);
+  } else {
+    write_sums(dw_acc, db_acc);
   }
-  if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
