@@ -67,7 +67,7 @@ bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
   // CTAs per SM, instead of the column pass that reads h and dout again. A 2-CTA
   // stash with its sums (one CTA per SM) measured slower than the stash plus the
   // column pass (rmsnorm_bwd.cuh); this shape is not measured yet.
-  if (in.param_grads && in.arch >= 90) {
+  if (in.param_grads && in.arch >= 90 && in.smem_sums_allowed) {
     const int sums = in.dbias ? 2 : 1;
     for (int c = 1; c <= 8; c *= 2) {
       const std::int64_t bytes = smem_sums_offset(in.n, p.vec, c, in.x_bytes, in.dout_bytes, true) +
@@ -229,7 +229,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       // of the backward's traffic (bf16 N=16384 with dw: 0.53-0.59x copy).
       // Worst case two sums (dw and db); not measured on a GPU yet.
       const std::int64_t sums_bytes = (in.dbias ? 2 : 1) * in.n * 4;
-      if (tpr <= tpr_max && in.param_grads && in.x_bytes == 2 && in.arch >= 80 && sums_bytes <= kSmemSumsBudget) {
+      if (tpr <= tpr_max && in.param_grads && in.x_bytes == 2 && in.arch >= 80 && sums_bytes <= kSmemSumsBudget &&
+          in.smem_sums_allowed) {
         p.row_sums = true;
         p.smem_sums = true;
         p.smem_bytes = static_cast<int>(sums_bytes);

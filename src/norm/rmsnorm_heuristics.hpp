@@ -62,6 +62,8 @@ struct RowPlanInputs {
   // rows under 1024 threads' 64 registers, and those spilled with it).
   bool residual = false;
   bool bias = false;
+  // Backward: RowPlan::smem_sums may be planned (NORMKIT_SMEM_SUMS=0 turns it off).
+  bool smem_sums_allowed = true;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

@@ -36,6 +36,7 @@ struct RmsBwdSpec {
   std::optional<DType> dbias;   // dbias summed (in this dtype) when present
   bool few_rows = false;        // plan for a call of few rows (RowPlanInputs::few_rows)
   bool center = false;          // LayerNorm
+  bool smem_sums_allowed = true;  // RowPlanInputs::smem_sums_allowed (NORMKIT_SMEM_SUMS)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

@@ -13,6 +13,18 @@ std::string env_string(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
+// An on/off variable whose default is on: unset keeps `fallback`; anything but
+// 1/0 (true/false, yes/no, on/off) is an error naming the variable, since a typo
+// must not silently keep the default.
+bool env_switch(const char* name, bool fallback) {
+  const std::string v = env_string(name);
+  if (v.empty()) return fallback;
+  const bool on = v == "1" || v == "true" || v == "yes" || v == "on";
+  NK_CHECK(on || v == "0" || v == "false" || v == "no" || v == "off", name, "='", v,
+           "' is not one of 1, 0 (true/false, yes/no, on/off)");
+  return on;
+}
+
 }  // namespace
 
 bool env_flag(const char* name) {
@@ -61,6 +73,7 @@ Config Config::from_environment() {
              "' is not a whole number of microseconds (>= 0)");
     c.sync_timeout_us = us;
   }
+  c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
   c.lineinfo = env_flag("NORMKIT_LINEINFO");
   std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));
   for (std::string f; flags >> f;) c.extra_nvrtc_flags.push_back(f);

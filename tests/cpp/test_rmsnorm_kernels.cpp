@@ -222,6 +222,19 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
   EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, true, /*few_rows=*/true).smem_sums);
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a", 8, true).smem_sums);  // register sums fit
   EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
+  // Turned off (NORMKIT_SMEM_SUMS=0): the column pass, as before the sums existed.
+  RmsBwdSpec off;
+  off.n = 16384;
+  off.x = bf16;
+  off.weight = bf16;
+  off.dout = bf16;
+  off.dx = bf16;
+  off.smem_sums_allowed = false;
+  EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
+  EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
+  off.n = 32768;
+  EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
+  EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
 }
 
 // LayerNorm's synced kernel carries two chunk sums: two CTAs per SM (three

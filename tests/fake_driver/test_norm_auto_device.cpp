@@ -128,3 +128,23 @@ TEST_F(NormAutoDevice, PipelinedForwardGridIsWhatTheDeviceHoldsAtOnce) {
   EXPECT_EQ(grid, 8u * 4u);
   unsetenv("FAKE_CUDA_CLUSTER_SHORTFALL");
 }
+
+// NORMKIT_SMEM_SUMS: the backward's shared-memory sums are planned by default
+// and not under NORMKIT_SMEM_SUMS=0; a value that is not a switch is refused.
+TEST_F(NormAutoDevice, SmemSumsSwitchReachesThePlan) {
+  using normkit::rt::Runtime;
+  EXPECT_TRUE(Runtime::instance().config().smem_sums);
+  setenv("NORMKIT_SMEM_SUMS", "0", 1);
+  Runtime::instance().reload_config();
+  EXPECT_FALSE(Runtime::instance().config().smem_sums);
+  setenv("NORMKIT_SMEM_SUMS", "sometimes", 1);
+  try {
+    Runtime::instance().reload_config();
+    ADD_FAILURE() << "NORMKIT_SMEM_SUMS=sometimes was accepted";
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NORMKIT_SMEM_SUMS"), std::string::npos) << e.what();
+  }
+  unsetenv("NORMKIT_SMEM_SUMS");
+  Runtime::instance().reload_config();
+  EXPECT_TRUE(Runtime::instance().config().smem_sums);
+}

@@ -31,6 +31,9 @@ struct Config {
   // NORMKIT_SYNC_TIMEOUT_US: how long a CTA of a kernel whose CTAs wait for each
   // other waits before it does the missing work itself (never a hang; 0: at once).
   std::uint64_t sync_timeout_us = 2000;
+  // NORMKIT_SMEM_SUMS=0: backward dw/db sums never kept in shared memory (the
+  // column pass instead, as before they existed); on by default.
+  bool smem_sums = true;
   // Codegen-affecting variables: they change the binary, so they are part of every cache key.
   bool lineinfo = false;                // NORMKIT_LINEINFO=1: compile with -lineinfo
   std::vector<std::string> extra_nvrtc_flags;  // NORMKIT_NVRTC_FLAGS: extra NVRTC options, whitespace separated
