@@ -28,8 +28,8 @@
 // column pass (running sums kept in shared memory next to a 2-CTA stash measured
 // slower on H200: bf16 N=32768 1098 us against ~500 us for the stash alone plus
 // ~250 us for the column pass), or, with SMEM_SUMS, from sums beside the stash in
-// a cluster large enough to keep three CTAs per SM (not measured yet). Rows beyond what the stash holds well take the
-// split kernels of rmsnorm_bwd_split.cuh.
+// a cluster large enough to keep three CTAs per SM (not measured yet). Rows
+// beyond what the stash holds well take the split kernels of rmsnorm_bwd_split.cuh.
 #pragma once
 
 #include "normkit/norm/rmsnorm_bwd_row.cuh"
