@@ -70,7 +70,14 @@ struct FwdKernel {
   RowPlan plan;
   rt::LoadedKernel kernel;
   std::int64_t resident_groups = 0;  // plan.prefetch: clusters (CTAs) the device holds at once
+  bool pdl = false;                  // launched with programmatic dependent launch
 };
+
+// Programmatic dependent launch for the norm kernels (device/normkit/common/pdl.cuh):
+// where the configuration allows it and the device has it.
+bool use_pdl(rt::Runtime& runtime, int device) {
+  return runtime.config().pdl && runtime.target_for_device(device).arch >= 90;
+}
 }  // namespace
 
 void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) { norm_fwd_cuda(a, nullptr, kRmsNorm, device); }
@@ -108,7 +115,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   if (!found) {
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan);
-    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0};
+    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
     if (spec.plan.prefetch) {
       rt::LaunchConfig probe;
       probe.block.x = static_cast<unsigned>(spec.plan.threads());
@@ -147,6 +154,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
   cfg.stream = a.stream;
+  cfg.pdl = found->pdl;
   void* args[] = {&p};
   runtime.launch(found->kernel, cfg, args);
 }
@@ -160,6 +168,7 @@ struct BwdKernels {
   rt::LoadedKernel row_dots;      // split plans: the rows' dot products in column chunks, before `rows`
   rt::LoadedKernel columns;       // plans whose row kernel does not sum dw/db: the column pass (else empty)
   rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
+  bool pdl = false;               // every kernel launched with programmatic dependent launch
 };
 
 struct BwdLaunch {
@@ -206,6 +215,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   if (!found) {
     BwdKernels k;
     k.sm_count = runtime.device_info(device).sm_count;
+    k.pdl = use_pdl(runtime, device);
     k.plan = spec.plan =
         fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
     if (load) {
@@ -314,6 +324,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
       per_chunk.grid.x = checked_grid(a.shape.rows * l.chunks, kind.bwd_name);
       per_chunk.block.x = static_cast<unsigned>(plan.tpr);
       per_chunk.stream = a.stream;
+      per_chunk.pdl = l.kernels.pdl;
       if (plan.synced) {
         p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
         p.sync_timeout_ns = runtime.config().sync_timeout_us * 1000ull;
@@ -335,6 +346,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
       if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
       cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
       cfg.stream = a.stream;
+      cfg.pdl = l.kernels.pdl;
       runtime.launch(l.kernels.rows, cfg, args);
       if (!plan.row_sums && param_grads) {
         rt::LaunchConfig col;
@@ -344,6 +356,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
         col.grid.z = static_cast<unsigned>(a.heads);
         col.block.x = kColumnThreads;
         col.stream = a.stream;
+        col.pdl = l.kernels.pdl;
         runtime.launch(l.kernels.columns, col, args);
       }
     }
@@ -361,6 +374,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
   cfg.grid.x = checked_grid((rp.cols + 31) / 32, kind.bwd_name);
   cfg.block.x = 32 * kParamReducePartLanes;
   cfg.stream = a.stream;
+  cfg.pdl = l.kernels.pdl;
   void* args[] = {&rp};
   runtime.launch(l.kernels.param_reduce, cfg, args);
 }

@@ -74,6 +74,7 @@ Config Config::from_environment() {
     c.sync_timeout_us = us;
   }
   c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
+  c.pdl = env_switch("NORMKIT_PDL", c.pdl);
   c.lineinfo = env_flag("NORMKIT_LINEINFO");
   std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));
   for (std::string f; flags >> f;) c.extra_nvrtc_flags.push_back(f);

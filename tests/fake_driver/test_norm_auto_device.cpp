@@ -148,3 +148,30 @@ TEST_F(NormAutoDevice, SmemSumsSwitchReachesThePlan) {
   Runtime::instance().reload_config();
   EXPECT_TRUE(Runtime::instance().config().smem_sums);
 }
+
+// Norm kernels go out with programmatic dependent launch on an sm_90 device (the
+// fake one), and without it under NORMKIT_PDL=0 (the forward here; the backward's
+// launches take the same flag from its memo entry, rmsnorm_cuda.cpp).
+TEST_F(NormAutoDevice, NormKernelsUsePdlUnlessTurnedOff) {
+  auto launch_pdl = [&]() {
+    rmsnorm_fwd(fwd(on(0, 0), on(0, 1 << 20), on(0, 2 << 20), reinterpret_cast<float*>(on(0, 3 << 20))));
+    unsigned grid = 0, cluster = 0;
+    int pdl = -1, device = -1;
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    return pdl;
+  };
+  EXPECT_EQ(launch_pdl(), 1);
+  setenv("NORMKIT_PDL", "0", 1);
+  normkit::rt::Runtime::instance().reload_config();
+  EXPECT_EQ(launch_pdl(), 0);
+  setenv("NORMKIT_PDL", "maybe", 1);
+  try {
+    normkit::rt::Runtime::instance().reload_config();
+    ADD_FAILURE() << "NORMKIT_PDL=maybe was accepted";
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NORMKIT_PDL"), std::string::npos) << e.what();
+  }
+  unsetenv("NORMKIT_PDL");
+  normkit::rt::Runtime::instance().reload_config();
+  EXPECT_EQ(launch_pdl(), 1);
+}

@@ -8,6 +8,7 @@
 // memory; reads stay coalesced because a warp covers 32 adjacent columns.
 #pragma once
 
+#include "normkit/common/pdl.cuh"
 #include "normkit/common/types.cuh"
 #include "normkit/norm/params.cuh"
 
@@ -15,6 +16,7 @@ namespace nk {
 
 template <class W, class B, int PART_LANES>
 __global__ void __launch_bounds__(32 * PART_LANES) param_grad_reduce_kernel(const ParamGradReduceParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   __shared__ float sums[2][PART_LANES][33];
   const int tx = static_cast<int>(threadIdx.x) % 32;
   const int lane = static_cast<int>(threadIdx.x) / 32;

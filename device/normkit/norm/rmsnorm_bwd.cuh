@@ -32,6 +32,7 @@
 // beyond what the stash holds well take the split kernels of rmsnorm_bwd_split.cuh.
 #pragma once
 
+#include "normkit/common/pdl.cuh"
 #include "normkit/norm/rmsnorm_bwd_row.cuh"
 
 namespace nk {
@@ -161,6 +162,7 @@ inline constexpr int kStashGroup = 3;
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
           bool PREFETCH, bool CENTER, bool SMEM_SUMS>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
@@ -393,6 +395,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
 // row: coalesced, and each row's slice is touched by exactly one thread.
 template <int N, int VEC, int THREADS, class X, class DY, bool DW, bool DBIAS, bool CENTER>
 __global__ void __launch_bounds__(THREADS) norm_bwd_param_kernel(const NormBwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   const int col = (static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x)) * VEC;
   if (col >= N) return;
   const long long heads = p.shape.heads;

@@ -23,6 +23,7 @@
 // in registers while it waits for the rest of its row's chunk sums (see there).
 #pragma once
 
+#include "normkit/common/pdl.cuh"
 #include "normkit/common/reduce.cuh"
 #include "normkit/norm/rmsnorm_bwd_row.cuh"
 
@@ -127,6 +128,7 @@ __device__ __forceinline__ float mean_of_chunk_sums(int lane, Load&& load) {
 
 template <class Cfg, class X, class W, class DY, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
   const long long b = blockIdx.x;
@@ -144,6 +146,7 @@ __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdPar
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kernel(const NormBwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
   constexpr int ITEMS = Cfg::ITEMS;
   constexpr bool DW = !is_none<W>;
@@ -218,6 +221,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
 // does not depend on which CTAs waited.
 template <class Cfg, class X, class DY, class DRO, class DX, class DR, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_kernel(const NormBwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
   __shared__ unsigned ticket_shared;

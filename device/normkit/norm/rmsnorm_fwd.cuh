@@ -15,6 +15,7 @@
 // absent): absent features cost no instructions and no registers.
 #pragma once
 
+#include "normkit/common/pdl.cuh"
 #include "normkit/norm/row_engine.cuh"
 
 namespace nk {
@@ -37,6 +38,7 @@ struct IntTag {
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
           bool PREFETCH, bool EARLY>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
   // RAW (REGS without a residual, or RAW_RES): the row stays in registers as loaded (its storage
   // dtype: half the registers of fp32 for 16-bit data), and all of a thread's

@@ -34,6 +34,9 @@ struct Config {
   // NORMKIT_SMEM_SUMS=0: backward dw/db sums never kept in shared memory (the
   // column pass instead, as before they existed); on by default.
   bool smem_sums = true;
+  // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
+  // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
+  bool pdl = true;
   // Codegen-affecting variables: they change the binary, so they are part of every cache key.
   bool lineinfo = false;                // NORMKIT_LINEINFO=1: compile with -lineinfo
   std::vector<std::string> extra_nvrtc_flags;  // NORMKIT_NVRTC_FLAGS: extra NVRTC options, whitespace separated
