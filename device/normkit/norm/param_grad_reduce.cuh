@@ -23,7 +23,27 @@ __global__ void __launch_bounds__(32 * PART_LANES) param_grad_reduce_kernel(cons
   const long long c = static_cast<long long>(blockIdx.x) * 32 + tx;
   float dw = 0.f, db = 0.f;
   if (c < p.cols) {
-    for (long long part = lane; part < p.parts; part += PART_LANES) {
+    // BATCH parts' loads are issued before any is added, then added in part order
+    // (the same order as one at a time, so the same bits): a lane's parts are
+    // latency-bound L2 reads (a few microseconds per call at 128 parts, decode's
+    // backward), and one load in flight per lane left most of that latency exposed.
+    constexpr int BATCH = 8;
+    long long part = lane;
+    for (; part + (BATCH - 1) * PART_LANES < p.parts; part += BATCH * PART_LANES) {
+      float w[BATCH], b[BATCH];
+#pragma unroll
+      for (int q = 0; q < BATCH; ++q) {
+        const long long at = (part + q * PART_LANES) * p.cols + c;
+        if constexpr (!is_none<W>) w[q] = p.dweight_partial[at];
+        if constexpr (!is_none<B>) b[q] = p.dbias_partial[at];
+      }
+#pragma unroll
+      for (int q = 0; q < BATCH; ++q) {
+        if constexpr (!is_none<W>) dw += w[q];
+        if constexpr (!is_none<B>) db += b[q];
+      }
+    }
+    for (; part < p.parts; part += PART_LANES) {
       if constexpr (!is_none<W>) dw += p.dweight_partial[part * p.cols + c];
       if constexpr (!is_none<B>) db += p.dbias_partial[part * p.cols + c];
     }
