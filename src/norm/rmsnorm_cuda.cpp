@@ -204,6 +204,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsElements;
   spec.center = kind.center;
   spec.smem_sums_allowed = runtime.config().smem_sums;
+  spec.async_rows_allowed = runtime.config().async_rows;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,

@@ -58,6 +58,7 @@ constexpr std::int64_t kStashBudget = 72 * 1024;
 // RowPlan::smem_sums: at most this much shared memory per CTA (two CTAs per SM on
 // sm_90 up to 113 KB each; 128 KB leaves LayerNorm N=16384 one CTA per SM).
 constexpr std::int64_t kSmemSumsBudget = 128 * 1024;
+constexpr std::int64_t kAsyncStages = 3;  // RowPlan::async_rows' ring (norm_bwd_kernel's kStages)
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
@@ -160,7 +161,7 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
-         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
+         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") + (async_rows ? " async" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -276,6 +277,15 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
+  // The same rows with 16-byte vectors of h and dout take the cp.async ring
+  // instead (RowPlan::async_rows): the pipeline two rows deep without the second
+  // register set. Not measured on a GPU yet.
+  if (p.prefetch && in.async_rows_allowed && in.arch >= 80 && p.vec * in.x_bytes == 16 &&
+      in.dout_bytes == in.x_bytes && p.rows == 1) {
+    p.prefetch = false;
+    p.async_rows = true;
+    p.smem_bytes = static_cast<int>(kAsyncStages * (in.n / p.vec) * p.vec * (in.x_bytes + in.dout_bytes));
+  }
 
   // Forward rows of 1024-thread CTAs (one CTA per SM: 16-bit N >= 32768, clusters
   // beyond 32768) walk rows persistently and prefetch the next (norm_fwd_kernel's
@@ -302,7 +312,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // plus the fp32 column sums when the row kernel keeps them.
   const int row_regs = in.x_bytes >= 4 ? 2 : 1;
   const int per_elem = !in.backward ? 1
-                                    : row_regs * (p.prefetch ? 2 : 1) +
+                                    : row_regs * (p.async_rows ? 0 : p.prefetch ? 2 : 1) +
                                           (p.row_sums && !p.smem_sums ? (in.dbias ? 2 : 1) : 0);
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
@@ -317,7 +327,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // A stash with its sums beside it stays at three CTAs per SM (85 registers):
   // four (64 registers) spilled for LayerNorm's two sums (bf16 N=32768, 8 CTAs).
   if (p.stash) p.min_blocks = p.smem_sums ? std::min(by_smem, 3) : by_smem;
-  if (p.smem_sums) p.min_blocks = std::min(p.min_blocks, by_smem);
+  if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;
 }
 

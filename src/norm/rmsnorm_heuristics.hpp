@@ -36,6 +36,10 @@ struct RowPlan {
   // SMEM_SUMS), instead of a column pass that reads h and dout again. row_sums is
   // true with it (the row kernel produces the partials).
   bool smem_sums = false;
+  // Backward, register-resident 16-bit rows of one CTA with dw/db sums: the rows
+  // a CTA walks copied by cp.async into a three-stage shared-memory ring, two rows
+  // ahead (norm_bwd_kernel's ASYNC), instead of `prefetch`'s second register set.
+  bool async_rows = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, or the smem_sums)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -64,6 +68,8 @@ struct RowPlanInputs {
   bool bias = false;
   // Backward: RowPlan::smem_sums may be planned (NORMKIT_SMEM_SUMS=0 turns it off).
   bool smem_sums_allowed = true;
+  // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).
+  bool async_rows_allowed = true;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

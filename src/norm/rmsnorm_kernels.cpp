@@ -92,6 +92,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.few_rows = s.few_rows;
   in.center = s.center;
   in.smem_sums_allowed = s.smem_sums_allowed;
+  in.async_rows_allowed = s.async_rows_allowed;
   return plan_rows(in);
 }
 
@@ -148,7 +149,8 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
     << flag(s.plan.row_sums) << ", " << flag(s.plan.stash) << ", "
-    << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ">";
+    << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ", "
+    << flag(s.plan.async_rows) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

@@ -37,6 +37,7 @@ struct RmsBwdSpec {
   bool few_rows = false;        // plan for a call of few rows (RowPlanInputs::few_rows)
   bool center = false;          // LayerNorm
   bool smem_sums_allowed = true;  // RowPlanInputs::smem_sums_allowed (NORMKIT_SMEM_SUMS)
+  bool async_rows_allowed = true;  // RowPlanInputs::async_rows_allowed (NORMKIT_ASYNC_ROWS)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

@@ -181,17 +181,35 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
         // shared memory (smem_sums), which the pipeline is not planned with.
         EXPECT_TRUE(p.row_sums) << n << " " << p.str();
         EXPECT_EQ(p.smem_sums, dbias && n == 8192) << n << " " << p.str();
-        EXPECT_EQ(p.prefetch, !p.smem_sums) << n << " " << p.str();
+        // The pipeline: 16-byte vectors take the cp.async ring (async_rows), its
+        // three stages of h and dout in shared memory; narrower ones the second
+        // register set (prefetch).
+        EXPECT_EQ(p.async_rows, !p.smem_sums) << n << " " << p.str();
+        EXPECT_FALSE(p.prefetch) << n << " " << p.str();
+        if (p.async_rows) EXPECT_EQ(p.smem_bytes, 3 * n * 4) << n << " " << p.str();
         EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
+        const RowPlan narrow = plan(n, x, true, dbias, "sm_90a", 4, true);
+        EXPECT_EQ(narrow.prefetch, !narrow.smem_sums) << n << " " << narrow.str();
+        EXPECT_FALSE(narrow.async_rows) << n << " " << narrow.str();
       }
     }
+    RmsBwdSpec off;  // NORMKIT_ASYNC_ROWS=0: the register pipeline
+    off.n = n;
+    off.x = bf16;
+    off.weight = bf16;
+    off.dout = bf16;
+    off.dx = bf16;
+    off.async_rows_allowed = false;
+    EXPECT_TRUE(plan_bwd(off, 8, 90).prefetch) << n;
+    EXPECT_FALSE(plan_bwd(off, 8, 90).async_rows) << n;
+    EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).async_rows) << n;
     EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).prefetch) << n;
     EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
     EXPECT_FALSE(plan(n, bf16, true, false, "sm_90a", 1, true).prefetch) << n;  // scalar rows
   }
   for (std::int64_t n : {256, 1024, 16384, 32768, 131072}) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
-    EXPECT_FALSE(p.prefetch) << n << " " << p.str();
+    EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
   }
 }
 

@@ -32,6 +32,7 @@
 // beyond what the stash holds well take the split kernels of rmsnorm_bwd_split.cuh.
 #pragma once
 
+#include "normkit/common/async_copy.cuh"
 #include "normkit/common/pdl.cuh"
 #include "normkit/norm/rmsnorm_bwd_row.cuh"
 
@@ -159,8 +160,16 @@ inline constexpr int kStashGroup = 3;
 // barrier and epilogue. Without it a persistent CTA stops loading from the end
 // of its loads to the start of the next row's: ncu on H200, bf16 N=4096 with
 // dw, 2 CTAs of 256 threads per SM: 55% of DRAM peak, 0.70x copy.
+// ASYNC (instead of PREFETCH): the rows a CTA walks are copied by cp.async into a
+// three-stage ring in shared memory, two rows ahead of the one being finished, and
+// read from there (each thread its own vectors, as with the stash). The register
+// pipeline holds one row ahead in registers, which capped the loads in flight:
+// bf16 N=4096 with dw took 122 registers, two CTAs of 256 threads per SM, 32 KB in
+// flight per SM, about what H200's latency needs per SM at full bandwidth (0.73-0.78x
+// copy). The ring holds them without registers: three CTAs per SM, ~96 KB in flight.
+// Not measured on a GPU yet.
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
-          bool PREFETCH, bool CENTER, bool SMEM_SUMS>
+          bool PREFETCH, bool CENTER, bool SMEM_SUMS, bool ASYNC>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
@@ -168,6 +177,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
   static_assert(!SMEM_SUMS || (ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && (STASH || Cfg::CLUSTER == 1)),
                 "shared-memory sums: one row per CTA at a time; a cluster only with the stash");
+  static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::ROWS == 1 && Cfg::CLUSTER == 1 &&
+                           sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
+                "the cp.async ring: one row per CTA, no cluster, 16-byte vectors of h and dout");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
@@ -223,20 +235,37 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   };
   // The row stays in registers in its storage dtype (half the registers of fp32
   // for 16-bit data); xhat and g are recomputed from it in the epilogue.
-  using HRow = Packed<X, VEC>[ACC];
-  using DRow = Packed<DY, VEC>[ACC];
+  using HRow = Packed<X, VEC>[ASYNC ? 1 : ACC];  // ASYNC: the row is in the ring instead
+  using DRow = Packed<DY, VEC>[ASYNC ? 1 : ACC];
+  // ASYNC's ring: stage s holds h then dout of one row, at the thread's slice_vector().
+  constexpr int kStages = 3;
+  constexpr int kStageBytes = Cfg::SLICE_V * static_cast<int>(sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>));
+  auto ring_h = [&](int s) { return reinterpret_cast<Packed<X, VEC>*>(stash_memory + s * kStageBytes); };
+  auto ring_dy = [&](int s) {
+    return reinterpret_cast<Packed<DY, VEC>*>(stash_memory + s * kStageBytes +
+                                              Cfg::SLICE_V * static_cast<int>(sizeof(Packed<X, VEC>)));
+  };
   // Loads are issued before the arithmetic that uses them: every load of the row
   // (REGS), or kStashGroup items at a time. Loaded and used item by item, the
   // compiler reused one load's registers for the next and serialized them (see
   // rmsnorm_fwd.cuh).
-  auto load_row = [&](long long base, HRow& hb, DRow& db) {
+  auto load_row = [&](long long base, HRow& hb, DRow& db, int stage = 0) {
     const long long j = base + t.sub;
     RowAt at;
     at.active = j < rows_per_head;
     at.r = head + heads * (at.active ? j : 0);
     at.rstd = at.active ? p.rstd[at.r] : 0.f;
     at.mean = CENTER && at.active ? p.mean[at.r] : 0.f;
-    if constexpr (Cfg::REGS) {
+    if constexpr (ASYNC) {
+      const X* h = row_ptr<X>(p.x, p.shape, at.r);
+      const DY* dy = row_ptr<DY>(p.dout, p.shape, at.r);
+      for_each_item<Cfg>([&](int k) {
+        if (!at.active || !t.owns(k)) return;
+        const int col = t.column(k);
+        cp_async_16(ring_h(stage) + t.slice_vector(k), h + col);
+        cp_async_16(ring_dy(stage) + t.slice_vector(k), dy + col);
+      });
+    } else if constexpr (Cfg::REGS) {
       const X* h = row_ptr<X>(p.x, p.shape, at.r);
       const DY* dy = row_ptr<DY>(p.dout, p.shape, at.r);
       for_each_item<Cfg>([&](int k) {
@@ -251,7 +280,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
 
   // Pass 1 (the row's dot product and dw/db sums, or the stash), the reduction,
   // then dx. Every thread of the CTA calls it (the reduction has barriers).
-  auto finish_row = [&](const RowAt& at, const HRow& hb, const DRow& db) {
+  auto finish_row = [&](const RowAt& at, const HRow& hb, const DRow& db, int stage = 0) {
     const NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER> row{p, at.r, head_offset, at.rstd, at.mean};
     DotAccumulator<CENTER> dot;
     auto consume = [&](int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp) {
@@ -279,7 +308,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
         }
       }
     };
-    if constexpr (Cfg::REGS) {
+    if constexpr (ASYNC) {
+      for_each_item<Cfg>([&](int k) {
+        if (at.active && t.owns(k)) consume(k, ring_h(stage)[t.slice_vector(k)], ring_dy(stage)[t.slice_vector(k)]);
+      });
+    } else if constexpr (Cfg::REGS) {
       for_each_item<Cfg>([&](int k) {
         if (at.active && t.owns(k)) consume(k, hb[k], db[k]);
       });
@@ -321,7 +354,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       if (!t.owns(k)) return;
       const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
-      if constexpr (Cfg::REGS) {
+      if constexpr (ASYNC) {
+        row.expand(col, ring_h(stage)[t.slice_vector(k)], ring_dy(stage)[t.slice_vector(k)], xh, g, d);
+      } else if constexpr (Cfg::REGS) {
         row.expand(col, hb[k], db[k], xh, g, d);
       } else {
         row.expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
@@ -333,7 +368,33 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   HRow h_a;
   DRow d_a;
   const long long first = part * Cfg::ROWS;
-  if constexpr (PREFETCH) {
+  if constexpr (ASYNC) {
+    // Unrolled by the ring's three stages, so that every stage index is a
+    // constant. Each row's copies are one commit group (empty past the last
+    // row); waiting until two groups are pending retires the row to finish.
+    static_assert(kStages == 3, "the loop below is unrolled for three stages");
+    RowAt at0 = load_row(first, h_a, d_a, 0);
+    cp_async_commit();
+    RowAt at1 = load_row(first + stride, h_a, d_a, 1);
+    cp_async_commit();
+    for (long long base = first; base < rows_per_head; base += 3 * stride) {
+      const RowAt at2 = load_row(base + 2 * stride, h_a, d_a, 2);
+      cp_async_commit();
+      cp_async_wait<2>();
+      finish_row(at0, h_a, d_a, 0);
+      if (base + stride >= rows_per_head) break;
+      at0 = load_row(base + 3 * stride, h_a, d_a, 0);
+      cp_async_commit();
+      cp_async_wait<2>();
+      finish_row(at1, h_a, d_a, 1);
+      if (base + 2 * stride >= rows_per_head) break;
+      at1 = load_row(base + 4 * stride, h_a, d_a, 1);
+      cp_async_commit();
+      cp_async_wait<2>();
+      finish_row(at2, h_a, d_a, 2);
+    }
+    cp_async_wait<0>();  // nothing in flight at exit (the groups past the last row are empty)
+  } else if constexpr (PREFETCH) {
     // Two register sets, alternating roles, unrolled by two so that no set is
     // copied (a copy would wait for the loads it is meant to overlap).
     HRow h_b;

@@ -34,6 +34,9 @@ struct Config {
   // NORMKIT_SMEM_SUMS=0: backward dw/db sums never kept in shared memory (the
   // column pass instead, as before they existed); on by default.
   bool smem_sums = true;
+  // NORMKIT_ASYNC_ROWS=0: the backward's row pipeline in registers instead of the
+  // cp.async shared-memory ring; on by default.
+  bool async_rows = true;
   // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
   // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
   bool pdl = true;
