@@ -25,6 +25,17 @@ constexpr DType f32 = DType::kFloat32;
 
 int arch_of(const std::string& target) { return Target::parse(target).arch; }
 
+// A backward spec of x, weight, dout and dx all in `x` (the plain training case).
+RmsBwdSpec plain_bwd_spec(std::int64_t n, DType x = DType::kBFloat16) {
+  RmsBwdSpec b;
+  b.n = n;
+  b.x = x;
+  b.weight = x;
+  b.dout = x;
+  b.dx = x;
+  return b;
+}
+
 RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,
              bool param_grads = false, bool few_rows = false) {
   RowPlanInputs in;
@@ -193,12 +204,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
         EXPECT_FALSE(narrow.async_rows) << n << " " << narrow.str();
       }
     }
-    RmsBwdSpec off;  // NORMKIT_ASYNC_ROWS=0: the register pipeline
-    off.n = n;
-    off.x = bf16;
-    off.weight = bf16;
-    off.dout = bf16;
-    off.dx = bf16;
+    RmsBwdSpec off = plain_bwd_spec(n);  // NORMKIT_ASYNC_ROWS=0: the register pipeline
     off.async_rows_allowed = false;
     EXPECT_TRUE(plan_bwd(off, 8, 90).prefetch) << n;
     EXPECT_FALSE(plan_bwd(off, 8, 90).async_rows) << n;
@@ -241,12 +247,7 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a", 8, true).smem_sums);  // register sums fit
   EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
   // Turned off (NORMKIT_SMEM_SUMS=0): the column pass, as before the sums existed.
-  RmsBwdSpec off;
-  off.n = 16384;
-  off.x = bf16;
-  off.weight = bf16;
-  off.dout = bf16;
-  off.dx = bf16;
+  RmsBwdSpec off = plain_bwd_spec(16384);
   off.smem_sums_allowed = false;
   EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
   EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
