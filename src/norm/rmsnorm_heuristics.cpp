@@ -161,7 +161,8 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
-         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") + (async_rows ? " async" : "") +
+         (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
+         (async_rows ? " async" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -277,14 +278,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
       p.vec * in.x_bytes >= 8)
     p.prefetch = true;
-  // The same rows with 16-byte vectors of h and dout take the cp.async ring
-  // instead (RowPlan::async_rows): the pipeline two rows deep without the second
-  // register set. Not measured on a GPU yet.
-  if (p.prefetch && in.async_rows_allowed && in.arch >= 80 && p.vec * in.x_bytes == 16 &&
-      in.dout_bytes == in.x_bytes && p.rows == 1) {
+  // Register-resident 16-bit rows with dw/db sums and 16-byte vectors of h and
+  // dout take the cp.async ring instead (RowPlan::async_rows): the pipeline two
+  // rows deep without a second register set. Where the register pipeline is not
+  // planned either (CTAs under 256 threads, several rows per CTA) it spilled at
+  // the CTAs per SM the register estimate allows (N=256-1128, 73 registers).
+  // Not measured on a GPU yet.
+  if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.rows == 1 && p.tpr >= 256 &&
+      in.async_rows_allowed &&
+      in.arch >= 80 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && in.dout_bytes == in.x_bytes) {
     p.prefetch = false;
     p.async_rows = true;
-    p.smem_bytes = static_cast<int>(kAsyncStages * (in.n / p.vec) * p.vec * (in.x_bytes + in.dout_bytes));
+    p.smem_bytes = static_cast<int>(kAsyncStages * p.rows * (in.n / p.vec) * p.vec * (in.x_bytes + in.dout_bytes));
   }
 
   // Forward rows of 1024-thread CTAs (one CTA per SM: 16-bit N >= 32768, clusters

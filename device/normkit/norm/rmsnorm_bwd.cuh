@@ -177,9 +177,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
   static_assert(!SMEM_SUMS || (ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && (STASH || Cfg::CLUSTER == 1)),
                 "shared-memory sums: one row per CTA at a time; a cluster only with the stash");
-  static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::ROWS == 1 && Cfg::CLUSTER == 1 &&
+  static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::CLUSTER == 1 &&
                            sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
-                "the cp.async ring: one row per CTA, no cluster, 16-byte vectors of h and dout");
+                "the cp.async ring: no cluster, 16-byte vectors of h and dout");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
@@ -237,14 +237,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   // for 16-bit data); xhat and g are recomputed from it in the epilogue.
   using HRow = Packed<X, VEC>[ASYNC ? 1 : ACC];  // ASYNC: the row is in the ring instead
   using DRow = Packed<DY, VEC>[ASYNC ? 1 : ACC];
-  // ASYNC's ring: stage s holds h then dout of one row, at the thread's slice_vector().
+  // ASYNC's ring: stage s holds h, then dout, of the CTA's ROWS rows; a thread's
+  // vector k sits at ring_index(k) (its row's block, then its slice_vector()).
   constexpr int kStages = 3;
-  constexpr int kStageBytes = Cfg::SLICE_V * static_cast<int>(sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>));
+  constexpr int kRingVectors = Cfg::ROWS * Cfg::SLICE_V;
+  constexpr int kStageBytes = kRingVectors * static_cast<int>(sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>));
   auto ring_h = [&](int s) { return reinterpret_cast<Packed<X, VEC>*>(stash_memory + s * kStageBytes); };
   auto ring_dy = [&](int s) {
     return reinterpret_cast<Packed<DY, VEC>*>(stash_memory + s * kStageBytes +
-                                              Cfg::SLICE_V * static_cast<int>(sizeof(Packed<X, VEC>)));
+                                              kRingVectors * static_cast<int>(sizeof(Packed<X, VEC>)));
   };
+  auto ring_index = [&](int k) { return t.sub * Cfg::SLICE_V + t.slice_vector(k); };
   // Loads are issued before the arithmetic that uses them: every load of the row
   // (REGS), or kStashGroup items at a time. Loaded and used item by item, the
   // compiler reused one load's registers for the next and serialized them (see
@@ -262,8 +265,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       for_each_item<Cfg>([&](int k) {
         if (!at.active || !t.owns(k)) return;
         const int col = t.column(k);
-        cp_async_16(ring_h(stage) + t.slice_vector(k), h + col);
-        cp_async_16(ring_dy(stage) + t.slice_vector(k), dy + col);
+        cp_async_16(ring_h(stage) + ring_index(k), h + col);
+        cp_async_16(ring_dy(stage) + ring_index(k), dy + col);
       });
     } else if constexpr (Cfg::REGS) {
       const X* h = row_ptr<X>(p.x, p.shape, at.r);
@@ -310,7 +313,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     };
     if constexpr (ASYNC) {
       for_each_item<Cfg>([&](int k) {
-        if (at.active && t.owns(k)) consume(k, ring_h(stage)[t.slice_vector(k)], ring_dy(stage)[t.slice_vector(k)]);
+        if (at.active && t.owns(k)) consume(k, ring_h(stage)[ring_index(k)], ring_dy(stage)[ring_index(k)]);
       });
     } else if constexpr (Cfg::REGS) {
       for_each_item<Cfg>([&](int k) {
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
       if constexpr (ASYNC) {
-        row.expand(col, ring_h(stage)[t.slice_vector(k)], ring_dy(stage)[t.slice_vector(k)], xh, g, d);
+        row.expand(col, ring_h(stage)[ring_index(k)], ring_dy(stage)[ring_index(k)], xh, g, d);
       } else if constexpr (Cfg::REGS) {
         row.expand(col, hb[k], db[k], xh, g, d);
       } else {
