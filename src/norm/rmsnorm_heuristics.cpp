@@ -63,26 +63,6 @@ constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the bu
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
 bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
-  // With dw/db on sm_90: their running sums beside the stash (RowPlan::smem_sums),
-  // in the smallest cluster (up to the portable 8 CTAs) whose slice keeps three
-  // CTAs per SM, instead of the column pass that reads h and dout again. A 2-CTA
-  // stash with its sums (one CTA per SM) measured slower than the stash plus the
-  // column pass (rmsnorm_bwd.cuh); this shape is not measured yet.
-  if (in.param_grads && in.arch >= 90 && in.smem_sums_allowed) {
-    const int sums = in.dbias ? 2 : 1;
-    for (int c = 1; c <= 8; c *= 2) {
-      const std::int64_t bytes = smem_sums_offset(in.n, p.vec, c, in.x_bytes, in.dout_bytes, true) +
-                                 std::int64_t{sums} * ((in.n / p.vec + c - 1) / c) * p.vec * 4;
-      if (bytes > kStashBudget) continue;
-      p.stash = true;
-      p.regs = false;
-      p.row_sums = true;
-      p.smem_sums = true;
-      p.cluster = c;
-      p.smem_bytes = static_cast<int>(bytes);
-      return true;
-    }
-  }
   const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 4;
   for (int c = 1; c <= max_cluster; c *= 2) {
     const int bytes = stash_bytes(in.n, p.vec, c, in.x_bytes, in.dout_bytes);
@@ -329,15 +309,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
-  // A stash with its sums beside it stays at three CTAs per SM (85 registers):
-  // four (64 registers) spilled for LayerNorm's two sums (bf16 N=32768, 8 CTAs).
-  if (p.stash) p.min_blocks = p.smem_sums ? std::min(by_smem, 3) : by_smem;
+  if (p.stash) p.min_blocks = by_smem;
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;
-}
-
-std::int64_t smem_sums_offset(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes, bool stash) {
-  return stash ? (std::int64_t{stash_bytes(n, vec, cluster, x_bytes, dout_bytes)} + 15) / 16 * 16 : 0;
 }
 
 int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes) {

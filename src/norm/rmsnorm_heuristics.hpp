@@ -90,9 +90,6 @@ RowPlan fit_to_device(RowPlan plan, std::int64_t n, int sm_count);
 // Shared memory the stash of a backward plan needs per CTA: SLICE_V vectors of h
 // and of dout (RowStash in rmsnorm_bwd.cuh).
 int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes);
-// Where RowPlan::smem_sums' sums start in a CTA's dynamic shared memory: after the
-// stash (16-byte aligned) when there is one, else at 0 (norm_bwd_kernel's kSumsOffset).
-std::int64_t smem_sums_offset(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes, bool stash);
 
 // Column chunks of a split plan's rows.
 std::int64_t split_chunks(std::int64_t n, const RowPlan& plan);

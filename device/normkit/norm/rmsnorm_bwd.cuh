@@ -25,11 +25,12 @@
 // cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
 // HBM is still read once, and the slice is small enough for three CTAs per SM,
 // so that one CTA's loads overlap another's reduction. dw/db then come from the
-// column pass (running sums kept in shared memory next to a 2-CTA stash measured
+// column pass (running sums kept in shared memory next to the stash measured
 // slower on H200: bf16 N=32768 1098 us against ~500 us for the stash alone plus
-// ~250 us for the column pass), or, with SMEM_SUMS, from sums beside the stash in
-// a cluster large enough to keep three CTAs per SM (not measured yet). Rows
-// beyond what the stash holds well take the split kernels of rmsnorm_bwd_split.cuh.
+// ~250 us for the column pass; and in 2-8 CTA clusters sized for three CTAs per
+// SM, 0.27-0.47x copy against 0.50-0.66 with the column pass, bf16 N=32768-65536,
+// 8e1deac). Rows beyond what the stash holds well take the split kernels of
+// rmsnorm_bwd_split.cuh.
 #pragma once
 
 #include "normkit/common/async_copy.cuh"
@@ -175,16 +176,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
-  static_assert(!SMEM_SUMS || (ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && (STASH || Cfg::CLUSTER == 1)),
-                "shared-memory sums: one row per CTA at a time; a cluster only with the stash");
+  static_assert(!SMEM_SUMS || (Cfg::REGS && ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && Cfg::CLUSTER == 1),
+                "shared-memory sums: one register-resident row per CTA at a time, no cluster");
   static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::CLUSTER == 1 &&
                            sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
                 "the cp.async ring: no cluster, 16-byte vectors of h and dout");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
-  constexpr bool DW = !is_none<W> && (Cfg::REGS || SMEM_SUMS) && ROW_SUMS;
-  constexpr bool SUM_DB = DBIAS && (Cfg::REGS || SMEM_SUMS) && ROW_SUMS;
+  constexpr bool DW = !is_none<W> && Cfg::REGS && ROW_SUMS;
+  constexpr bool SUM_DB = DBIAS && Cfg::REGS && ROW_SUMS;
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
   constexpr int SUMS = (DW || SUM_DB) && !SMEM_SUMS ? ACC : 1;
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, CENTER ? 2 : 1> reduce_storage;
@@ -192,14 +193,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   extern __shared__ __align__(16) unsigned char stash_memory[];
   using Stash = RowStash<Cfg, X, DY>;
   const Stash stash = Stash::make(stash_memory);
-  // The CTA's slice of columns (the row, without a cluster); after the stash, at
-  // a 16-byte boundary (host: smem_sums_offset()).
-  using ColumnSums = SharedColumnSums<VEC, Cfg::SLICE_V>;
-  constexpr int kSumsOffset =
-      STASH ? (Cfg::SLICE_V * static_cast<int>(sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>)) + 15) / 16 * 16 : 0;
-  float* const sums_base = reinterpret_cast<float*>(stash_memory + kSumsOffset);
-  const ColumnSums dw_smem{sums_base};
-  const ColumnSums db_smem{sums_base + (DW ? ColumnSums::FLOATS : 0)};
+  using ColumnSums = SharedColumnSums<VEC, Cfg::NV>;
+  const ColumnSums dw_smem{reinterpret_cast<float*>(stash_memory)};
+  const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
   const long long heads = p.shape.heads;
@@ -322,8 +318,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     } else {
       const X* h = row_ptr<X>(p.x, p.shape, at.r);
       const DY* dy = row_ptr<DY>(p.dout, p.shape, at.r);
-      // The sums' shared-memory updates take the registers of one item in flight.
-      constexpr int G = SMEM_SUMS ? kStashGroup - 1 : kStashGroup;
+      constexpr int G = kStashGroup;
       for (int k0 = 0; k0 < Cfg::ITEMS; k0 += G) {
         Packed<X, VEC> hg[G];
         Packed<DY, VEC> dg[G];
@@ -414,39 +409,28 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     for (long long base = first; base < rows_per_head; base += stride) finish_row(load_row(base, h_a, d_a), h_a, d_a);
   }
 
-  if constexpr (SMEM_SUMS) {
-    // Each thread writes its own columns' sums (its cluster slice's), as
-    // write_partial does for one row per CTA; rounded once where final.
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
-      const int col = t.column(k);
-      float sums[VEC];
-      if constexpr (DW) {
-        dw_smem.read(t.slice_vector(k), sums);
-        if (p.dweight_final != nullptr) {
-          W* dst = static_cast<W*>(p.dweight_final) + head_offset + col;
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) dst[i] = from_float<W>(sums[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) dw_partial[col + i] = sums[i];
-        }
-      }
-      if constexpr (SUM_DB) {
-        db_smem.read(t.slice_vector(k), sums);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) db_partial[col + i] = sums[i];
-      }
-    });
-  } else {
+  // The sums as the one writer takes them: the registers, or (SMEM_SUMS) the
+  // shared-memory sums read back into registers, which the row no longer needs.
+  auto write_sums = [&](const auto& dw_sums, const auto& db_sums) {
     if constexpr (DW) {
       if (p.dweight_final != nullptr) {
-        write_partial<Cfg>(t, dw_acc, static_cast<W*>(p.dweight_final) + head_offset, combine);
+        write_partial<Cfg>(t, dw_sums, static_cast<W*>(p.dweight_final) + head_offset, combine);
       } else {
-        write_partial<Cfg>(t, dw_acc, dw_partial, combine);
+        write_partial<Cfg>(t, dw_sums, dw_partial, combine);
       }
     }
-    if constexpr (SUM_DB) write_partial<Cfg>(t, db_acc, db_partial, combine);
+    if constexpr (SUM_DB) write_partial<Cfg>(t, db_sums, db_partial, combine);
+  };
+  if constexpr (SMEM_SUMS) {
+    float dw_sums[ACC][VEC], db_sums[ACC][VEC];
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      if constexpr (DW) dw_smem.read(t.slice_vector(k), dw_sums[k]);
+      if constexpr (SUM_DB) db_smem.read(t.slice_vector(k), db_sums[k]);
+    });
+    write_sums(dw_sums, db_sums);
+  } else {
+    write_sums(dw_acc, db_acc);
   }
 }
 
