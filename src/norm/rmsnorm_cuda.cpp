@@ -74,7 +74,10 @@ struct FwdKernel {
 };
 
 // Programmatic dependent launch for the norm kernels (device/normkit/common/pdl.cuh):
-// where the configuration allows it and the device has it.
+// where the configuration allows it and the device has it. H200, bf16 forward by
+// graph replay, without -> with (8e1deac): M=1 N=4096 2.43 -> 2.25 us, M=16
+// 2.81 -> 2.22, M=128 N=8192 3.52 -> 2.84; the sweep's ratios to copy moved
+// within run-to-run noise.
 bool use_pdl(rt::Runtime& runtime, int device) {
   return runtime.config().pdl && runtime.target_for_device(device).arch >= 90;
 }

@@ -197,7 +197,9 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
         // register set (prefetch).
         EXPECT_EQ(p.async_rows, !p.smem_sums) << n << " " << p.str();
         EXPECT_FALSE(p.prefetch) << n << " " << p.str();
-        if (p.async_rows) EXPECT_EQ(p.smem_bytes, 3 * n * 4) << n << " " << p.str();
+        if (p.async_rows) {
+          EXPECT_EQ(p.smem_bytes, 3 * n * 4) << n << " " << p.str();
+        }
         EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
         const RowPlan narrow = plan(n, x, true, dbias, "sm_90a", 4, true);
         EXPECT_EQ(narrow.prefetch, !narrow.smem_sums) << n << " " << narrow.str();
