@@ -215,9 +215,16 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
     EXPECT_FALSE(plan(n, bf16, true, false, "sm_90a", 1, true).prefetch) << n;  // scalar rows
   }
-  // Shorter rows (under 256 threads, or several per CTA: they spilled with the
-  // ring) and longer rows (no register sums) take neither pipeline.
-  for (std::int64_t n : {256, 1024, 2048, 16384, 32768, 131072}) {
+  // Shorter rows (CTAs under 256 threads, several rows per CTA) take the ring,
+  // not the register pipeline (it spilled), with registers left for it; longer
+  // rows (no register sums) take neither.
+  for (std::int64_t n : {256, 1024, 2048}) {
+    const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
+    EXPECT_TRUE(p.async_rows && !p.prefetch) << n << " " << p.str();
+    EXPECT_EQ(p.smem_bytes, 3 * p.rows * n * 4) << n << " " << p.str();
+    EXPECT_GE(65536 / (p.threads() * p.min_blocks), 80) << n << " " << p.str();
+  }
+  for (std::int64_t n : {16384, 32768, 131072}) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
     EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
   }
@@ -386,7 +393,8 @@ INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm
 // as the dispatcher plans them for aligned data on sm_90a: none may spill.
 // LayerNorm runs the same kernels with CENTER (a second reduction in the forward,
 // the mean(g) sums in the backward): every plan of the grid's row lengths, with
-// weight and bias (dw and db), compiles without spills on sm_90a and sm_80.
+// weight and bias (dw and db) and with weight alone, compiles without spills on
+// sm_90a and sm_80.
 TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
   int kernels = 0;
   for (const std::string target : {"sm_90a", "sm_80"}) {
@@ -405,14 +413,14 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
         f.plan = plan_fwd(f, 8, arch_of(target));
         expect_fwd_clean(f, target);
         ++kernels;
-        for (const bool grads : {true, false}) {
+        // Parameter gradients: none, dw alone (LayerNorm without bias: bf16 N=4096
+        // spilled 32 bytes in the cp.async ring at three CTAs per SM), dw and db.
+        for (const int grads : {0, 1, 2}) {
           RmsBwdSpec b;
           b.n = n;
           b.x = x;
-          if (grads) {
-            b.weight = f32;
-            b.dbias = f32;
-          }
+          if (grads >= 1) b.weight = grads == 1 ? x : f32;
+          if (grads == 2) b.dbias = f32;
           b.dout = x;
           b.dx = x;
           b.center = true;
