@@ -60,7 +60,11 @@ constexpr std::int64_t kStashBudget = 72 * 1024;
 constexpr std::int64_t kSmemSumsBudget = 128 * 1024;
 constexpr std::int64_t kAsyncStages = 3;
 // RowPlan::async_rows: registers per thread the CTAs per SM leave at least (ptxas,
-// sm_80/sm_90a/sm_100a, bf16 and fp16, with and without dw/db/dresidual).
+// sm_80/sm_90a/sm_100a, bf16 and fp16, with and without dw/db/dresidual); LayerNorm
+// rows of which a thread holds several vectors, or a CTA several rows, need more
+// (bf16 N=4096 with dw alone spilled 32 bytes at 80). LayerNorm bf16 N=2048 with
+// dw and db (one vector a thread) ran at 2749 GB/s with three CTAs per SM (80
+// registers), 2434 with two (96).
 constexpr std::int64_t kAsyncMinRegs = 80;
 constexpr std::int64_t kAsyncMinRegsCentered = 96;  // RowPlan::async_rows' ring (norm_bwd_kernel's kStages)
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
@@ -266,19 +270,23 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     p.prefetch = true;
   // Register-resident 16-bit rows with dw/db sums and 16-byte vectors of h and
   // dout take the cp.async ring instead (RowPlan::async_rows): the pipeline two
-  // rows deep without a second register set. Shorter rows (CTAs of 128-256
-  // threads, several rows per CTA; bf16 N=1024 was 0.83x copy, quack 0.96x) take
-  // it too, where the register pipeline spilled: the ring needs no registers per
-  // element, but the CTAs per SM are capped for at least kAsyncMinRegs (at the
-  // 73 registers of seven 128-thread CTAs it spilled; LayerNorm at 80, bf16
-  // N=4096 with dw alone, spilled 32 bytes: 96, so two 256-thread CTAs per SM).
-  // Not measured yet: rows under 256 threads, LayerNorm at two CTAs per SM.
+  // rows deep without a second register set. The CTAs per SM are capped to leave
+  // it kAsyncMinRegs (ptxas spilled at the 73 registers of seven 128-thread CTAs,
+  // and LayerNorm at 80 where a thread holds several vectors or rows).
+  // Shorter rows (CTAs of 128-256 threads, several rows per CTA, where the
+  // register pipeline spilled) take it where it measured faster: LayerNorm, and
+  // RMSNorm with dresidual_out (a third row input). H200, bf16, GB/s without ->
+  // with (47820e0, kernel GB/s: this machine's copy reference is bimodal, see
+  // docs/perf/h200.md): RMSNorm with dresidual_out N=256-2048 3300-3484 ->
+  // 3529-3836, LayerNorm 2416-2906 -> 2434-3246; RMSNorm without dresidual_out
+  // lost: N=256-2048 3399-3643 -> 3183-3532.
   // H200, M*N = 2^27, bf16, ratio to copy with the register pipeline -> with the
   // ring (8e1deac): RMSNorm N=4096 0.77 -> 0.84, N=8192 0.71 -> 0.80 (with a
   // residual 0.81 -> 0.86 and 0.77 -> 0.75, within this machine's run-to-run
   // noise of ~0.05), LayerNorm N=2048 0.58 -> 0.67, N=4096 0.52 -> 0.60.
+  const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&
-      in.async_rows_allowed &&
+      (one_wide_row || in.center || in.residual) && in.async_rows_allowed &&
       in.arch >= 80 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && in.dout_bytes == in.x_bytes) {
     p.prefetch = false;
     p.async_rows = true;
@@ -315,7 +323,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
   std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;
-  if (p.async_rows) regs_needed = std::max<std::int64_t>(regs_needed, in.center ? kAsyncMinRegsCentered : kAsyncMinRegs);
+  if (p.async_rows) {
+    const bool centered_many = in.center && (owned > p.vec || p.rows > 1);
+    regs_needed = std::max<std::int64_t>(regs_needed, centered_many ? kAsyncMinRegsCentered : kAsyncMinRegs);
+  }
   const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(p.threads()) * regs_needed);
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));

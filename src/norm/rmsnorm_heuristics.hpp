@@ -63,7 +63,8 @@ struct RowPlanInputs {
   bool center = false;
   // Forward: what the epilogue carries (the pipeline, `prefetch`, is planned only
   // for rows without a residual, LayerNorm's centring or a bias: it keeps two raw
-  // rows under 1024 threads' 64 registers, and those spilled with it).
+  // rows under 1024 threads' 64 registers, and those spilled with it). Backward:
+  // dresidual_out is read (a third row input).
   bool residual = false;
   bool bias = false;
   // Backward: RowPlan::smem_sums may be planned (NORMKIT_SMEM_SUMS=0 turns it off).

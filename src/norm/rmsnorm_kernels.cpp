@@ -91,6 +91,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.arch = arch;
   in.few_rows = s.few_rows;
   in.center = s.center;
+  in.residual = s.dresidual_out.has_value();
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   return plan_rows(in);

@@ -215,14 +215,23 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
     EXPECT_FALSE(plan(n, bf16, true, false, "sm_90a", 1, true).prefetch) << n;  // scalar rows
   }
-  // Shorter rows (CTAs under 256 threads, several rows per CTA) take the ring,
-  // not the register pipeline (it spilled), with registers left for it; longer
-  // rows (no register sums) take neither.
+  // Shorter rows (CTAs under 256 threads, several rows per CTA) take the ring for
+  // LayerNorm and for RMSNorm with dresidual_out, not the register pipeline (it
+  // spilled), with registers left for it; RMSNorm with h and dout alone keeps
+  // the plain rows (it measured slower with the ring); longer rows (no register
+  // sums) take neither.
   for (std::int64_t n : {256, 1024, 2048}) {
-    const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
-    EXPECT_TRUE(p.async_rows && !p.prefetch) << n << " " << p.str();
-    EXPECT_EQ(p.smem_bytes, 3 * p.rows * n * 4) << n << " " << p.str();
-    EXPECT_GE(65536 / (p.threads() * p.min_blocks), 80) << n << " " << p.str();
+    RmsBwdSpec rms = plain_bwd_spec(n);
+    EXPECT_FALSE(plan_bwd(rms, 8, 90).async_rows || plan_bwd(rms, 8, 90).prefetch) << n;
+    rms.dresidual_out = bf16;
+    RmsBwdSpec ln = plain_bwd_spec(n);
+    ln.center = true;
+    for (const RmsBwdSpec& s : {rms, ln}) {
+      const RowPlan p = plan_bwd(s, 8, 90);
+      EXPECT_TRUE(p.async_rows && !p.prefetch) << n << " " << p.str();
+      EXPECT_EQ(p.smem_bytes, 3 * p.rows * n * 4) << n << " " << p.str();
+      EXPECT_GE(65536 / (p.threads() * p.min_blocks), s.center ? 96 : 80) << n << " " << p.str();
+    }
   }
   for (std::int64_t n : {16384, 32768, 131072}) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
@@ -458,6 +467,38 @@ TEST_F(RmsNormKernelSweep, SharedMemorySumsBackwardCompilesWithoutSpills) {
     }
   }
   EXPECT_EQ(kernels, 2 * 3 * 2);  // per target: 16384 x {rms, ln} and 8192 x ln, each x residual
+}
+
+// The cp.async ring (RowPlan::async_rows) for rows of CTAs under 256 threads and
+// several rows per CTA, as planned for LayerNorm and RMSNorm with dresidual_out,
+// and for one wide row: no spills at the CTAs per SM the plan allows, 16-bit
+// dtypes, dw alone and dw with db, dresidual written or not.
+TEST_F(RmsNormKernelSweep, AsyncRowsBackwardCompilesWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    for (std::int64_t n : {256, 1024, 2048, 4096}) {
+      for (DType x : {bf16, f16}) {
+        for (const bool center : {false, true}) {
+          for (const bool dbias : {false, true}) {
+            RmsBwdSpec b;
+            b.n = n;
+            b.x = x;
+            b.weight = x;
+            if (dbias) b.dbias = x;
+            b.dout = x;
+            b.dx = x;
+            b.dresidual_out = x;
+            if (dbias) b.dresidual = f32;  // both residual gradients' dtypes, once each
+            b.center = center;
+            b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
+            EXPECT_TRUE(b.plan.async_rows) << target << " n=" << n << " " << b.plan.str();
+            kernels += expect_bwd_clean(b, target);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 4 * 2 * 2 * 2);
 }
 
 // Calls of few rows with a residual keep both rows raw (RAW_RES, 16-bit x and
