@@ -450,13 +450,8 @@ TEST_F(RmsNormKernelSweep, SharedMemorySumsBackwardCompilesWithoutSpills) {
     for (std::int64_t n : {8192, 16384}) {
       for (const bool center : {false, true}) {
         for (const bool residual : {false, true}) {
-          RmsBwdSpec b;
-          b.n = n;
-          b.x = bf16;
-          b.weight = bf16;
+          RmsBwdSpec b = plain_bwd_spec(n);
           if (center) b.dbias = f32;
-          b.dout = bf16;
-          b.dx = bf16;
           if (residual) b.dresidual_out = bf16;
           b.center = center;
           b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
@@ -480,13 +475,8 @@ TEST_F(RmsNormKernelSweep, AsyncRowsBackwardCompilesWithoutSpills) {
       for (DType x : {bf16, f16}) {
         for (const bool center : {false, true}) {
           for (const bool dbias : {false, true}) {
-            RmsBwdSpec b;
-            b.n = n;
-            b.x = x;
-            b.weight = x;
+            RmsBwdSpec b = plain_bwd_spec(n, x);
             if (dbias) b.dbias = x;
-            b.dout = x;
-            b.dx = x;
             b.dresidual_out = x;
             if (dbias) b.dresidual = f32;  // both residual gradients' dtypes, once each
             b.center = center;
