@@ -75,6 +75,11 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
   s.dresidual = v.residual_out;
   s.dbias = v.bias;
   s.center = center;
+  // The plan switches of the configuration, as a call would see them: a cache
+  // built with NORMKIT_SMEM_SUMS=0 is one a run with it finds complete.
+  const rt::Config& config = rt::Runtime::instance().config();
+  s.smem_sums_allowed = config.smem_sums;
+  s.async_rows_allowed = config.async_rows;
   // Calls with few rows may take another plan (RowPlanInputs::few_rows): both
   // plans' kernels, each once.
   std::vector<rt::KernelSource> out;

@@ -13,6 +13,7 @@
 #include "normkit/norm/layernorm.hpp"
 #include "normkit/norm/rmsnorm.hpp"
 #include "normkit/runtime/error.hpp"
+#include "normkit/runtime/runtime.hpp"
 #include "normkit/runtime/target.hpp"
 #include "rmsnorm_heuristics.hpp"
 #include "rmsnorm_kernels.hpp"
@@ -41,7 +42,8 @@ std::string error_of(const std::function<void()>& call) {
 // data (norm_fwd_cuda / plan_backward with center), written out independently of
 // the precompile code: the forward's and the backward's kernels for many and for
 // few rows, each once.
-std::vector<std::string> dispatch_entries(const NormVariant& v, bool center) {
+std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, bool smem_sums = true,
+                                          bool async_rows = true) {
   const int arch = normkit::rt::Target::parse(kArch).arch;
   if (!v.backward) {
     RmsFwdSpec s;
@@ -77,6 +79,8 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center) {
     s.dbias = v.bias;
     s.few_rows = few_rows;
     s.center = center;
+    s.smem_sums_allowed = smem_sums;
+    s.async_rows_allowed = async_rows;
     s.plan = plan_bwd(s, 8, arch);
     const RmsBwdSources k = bwd_sources(s);
     for (const std::optional<normkit::rt::KernelSource>& source :
@@ -173,6 +177,35 @@ TEST_F(NormPrecompile, RmsNormNamesTheUncentredKernels) {
   EXPECT_EQ(rms.describe().rfind("rmsnorm_bwd n=4096 x=bf16 ", 0), 0u) << rms.describe();
   EXPECT_EQ(ln.describe().rfind("layernorm_bwd n=4096 x=bf16 ", 0), 0u) << ln.describe();
   EXPECT_EQ(fwd_variant().describe().rfind("layernorm_fwd ", 0), 0u);
+}
+
+// The plan switches (NORMKIT_SMEM_SUMS, NORMKIT_ASYNC_ROWS) reach the precompiled
+// plans as they reach a call's: a cache built under them is the one a run under
+// them (NORMKIT_RUN_ONLY=1) needs. bf16 N=16384 plans the shared-memory sums,
+// N=4096 the cp.async ring, by default.
+TEST_F(NormPrecompile, PlanSwitchesReachThePrecompiledPlans) {
+  for (const std::int64_t n : {4096, 16384}) {
+    RmsNormVariant v;
+    static_cast<NormVariant&>(v) = bwd_variant(n);
+    v.bias = std::nullopt;
+    SCOPED_TRACE(v.describe());
+    auto entries = [&] {
+      std::vector<std::string> out;
+      rmsnorm_precompile(v, kArch, [&](const PrecompiledKernel& k) { out.push_back(k.template_args); });
+      return out;
+    };
+    const std::vector<std::string> on = entries();
+    EXPECT_EQ(on, dispatch_entries(v, false));
+    setenv("NORMKIT_SMEM_SUMS", "0", 1);
+    setenv("NORMKIT_ASYNC_ROWS", "0", 1);
+    normkit::rt::Runtime::instance().reload_config();
+    const std::vector<std::string> off = entries();
+    unsetenv("NORMKIT_SMEM_SUMS");
+    unsetenv("NORMKIT_ASYNC_ROWS");
+    normkit::rt::Runtime::instance().reload_config();
+    EXPECT_EQ(off, dispatch_entries(v, false, false, false));
+    EXPECT_NE(off, on);
+  }
 }
 
 TEST_F(NormPrecompile, ErrorsNameTheOperatorAndArgument) {
