@@ -79,7 +79,7 @@ struct FwdKernel {
 // 2.81 -> 2.22, M=128 N=8192 3.52 -> 2.84; the sweep's ratios to copy moved
 // within run-to-run noise.
 bool use_pdl(rt::Runtime& runtime, int device) {
-  return runtime.config().pdl && runtime.target_for_device(device).arch >= 90;
+  return runtime.switches().pdl && runtime.target_for_device(device).arch >= 90;
 }
 }  // namespace
 
@@ -206,8 +206,9 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   spec.dbias = dtype_if(a.dbias);
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsElements;
   spec.center = kind.center;
-  spec.smem_sums_allowed = runtime.config().smem_sums;
-  spec.async_rows_allowed = runtime.config().async_rows;
+  const rt::CallSwitches switches = runtime.switches();
+  spec.smem_sums_allowed = switches.smem_sums;
+  spec.async_rows_allowed = switches.async_rows;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
@@ -331,7 +332,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
       per_chunk.pdl = l.kernels.pdl;
       if (plan.synced) {
         p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
-        p.sync_timeout_ns = runtime.config().sync_timeout_us * 1000ull;
+        p.sync_timeout_ns = runtime.switches().sync_timeout_us * 1000ull;
         runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
         runtime.launch(l.kernels.rows, per_chunk, args);
       } else {

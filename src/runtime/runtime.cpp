@@ -230,6 +230,12 @@ Config Runtime::config() const {
   return impl_->config;
 }
 
+CallSwitches Runtime::switches() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const Config& c = impl_->config;
+  return CallSwitches{c.smem_sums, c.async_rows, c.pdl, c.sync_timeout_us};
+}
+
 ToolchainInfo Runtime::toolchain(bool need_driver) {
   const NvrtcApi& api = nvrtc();
   ToolchainInfo t;

@@ -137,6 +137,7 @@ TEST_F(NormAutoDevice, SmemSumsSwitchReachesThePlan) {
   setenv("NORMKIT_SMEM_SUMS", "0", 1);
   Runtime::instance().reload_config();
   EXPECT_FALSE(Runtime::instance().config().smem_sums);
+  EXPECT_FALSE(Runtime::instance().switches().smem_sums);  // what the calls read
   setenv("NORMKIT_SMEM_SUMS", "sometimes", 1);
   try {
     Runtime::instance().reload_config();
@@ -147,6 +148,7 @@ TEST_F(NormAutoDevice, SmemSumsSwitchReachesThePlan) {
   unsetenv("NORMKIT_SMEM_SUMS");
   Runtime::instance().reload_config();
   EXPECT_TRUE(Runtime::instance().config().smem_sums);
+  EXPECT_TRUE(Runtime::instance().switches().smem_sums);
 }
 
 // Norm kernels go out with programmatic dependent launch on an sm_90 device (the

@@ -17,6 +17,16 @@ enum class CacheMode {
   off,     // no caching at all: every request compiles (NORMKIT_CACHE_MODE=off)
 };
 
+// The configuration's switches that every call reads (its plans and launches),
+// without the strings and paths of Config: copying a Config on each call was
+// ~0.1 us of malloc and free (a backward call read it twice).
+struct CallSwitches {
+  bool smem_sums = true;
+  bool async_rows = true;
+  bool pdl = true;
+  std::uint64_t sync_timeout_us = 2000;
+};
+
 struct Config {
   CacheMode cache_mode = CacheMode::disk;
   std::filesystem::path cache_dir;      // resolved: NORMKIT_CACHE_DIR > XDG_CACHE_HOME/normkit > ~/.cache/normkit

@@ -71,6 +71,8 @@ class Runtime {
   // Re-reads NORMKIT_* variables (tests and front ends that change the environment).
   void reload_config();
   Config config() const;
+  // config()'s per-call switches alone (no allocation).
+  CallSwitches switches() const;
 
   // --- target resolution -------------------------------------------------
   // The device all non-null pointers live on; throws if they disagree, if one is
