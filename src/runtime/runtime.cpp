@@ -8,6 +8,7 @@
 // a binary is shared by devices of one target, a CUfunction never is.
 #include "normkit/runtime/runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -410,6 +411,8 @@ LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream)
   impl_->counters.load_ns += elapsed_ns(start);
   impl_->counters.module_loads++;
   LoadedKernel out{device, function, compiled, impl_->context(device)};
+  NK_CU_CHECK(d.cuFuncGetAttribute(&out.static_shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function));
+  out.dynamic_shared_allowed = std::make_shared<std::atomic<int>>(0);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->modules.push_back(module);
   if (reuse) {
@@ -494,12 +497,25 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   }
   if (cfg.shared_bytes > 0) {
     // Static plus dynamic shared memory above 48 KB needs the opt-in, also when
-    // the dynamic part alone stays below it.
-    int static_bytes = 0;
-    NK_CU_CHECK(d.cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+    // the dynamic part alone stays below it; once per size a handle has not yet
+    // been allowed (handles built by hand, without the load's bookkeeping: every time).
+    int static_bytes = kernel.static_shared_bytes;
+    if (!kernel.dynamic_shared_allowed) {
+      NK_CU_CHECK(d.cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+    }
+    const int wanted = static_cast<int>(cfg.shared_bytes);
     if (cfg.shared_bytes + static_cast<unsigned>(static_bytes) > 48 * 1024) {
-      NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       static_cast<int>(cfg.shared_bytes)));
+      if (!kernel.dynamic_shared_allowed) {
+        NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, wanted));
+      } else if (kernel.dynamic_shared_allowed->load(std::memory_order_acquire) < wanted) {
+        // Under a lock, to the largest size asked so far: two threads raising it at
+        // once must not leave it at the smaller of their sizes.
+        static std::mutex raise_mutex;
+        std::lock_guard<std::mutex> lock(raise_mutex);
+        const int allowed = std::max(wanted, kernel.dynamic_shared_allowed->load(std::memory_order_relaxed));
+        NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed));
+        kernel.dynamic_shared_allowed->store(allowed, std::memory_order_release);
+      }
     }
   }
   CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);

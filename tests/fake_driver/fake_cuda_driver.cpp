@@ -41,6 +41,7 @@ struct FakeFunction {
 FakeContext g_contexts[kMaxDevices];
 std::atomic<int> g_module_loads[kMaxDevices];
 std::atomic<int> g_launches[kMaxDevices];
+std::atomic<int> g_func_attribute_calls{0};  // cuFuncGetAttribute + cuFuncSetAttribute
 thread_local std::vector<CUcontext> t_stack;
 
 struct LastLaunch {
@@ -66,6 +67,7 @@ extern "C" {
 // Test-side probes (looked up with dlsym by the tests).
 int fake_cuda_module_loads(int device) { return g_module_loads[device].load(); }
 int fake_cuda_launches(int device) { return g_launches[device].load(); }
+int fake_cuda_func_attribute_calls() { return g_func_attribute_calls.load(); }
 void fake_cuda_last_launch(unsigned* grid, unsigned* cluster, int* pdl, int* device) {
   std::lock_guard<std::mutex> lock(g_last_mutex);
   *grid = g_last.grid;
@@ -166,8 +168,12 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name
   *f = reinterpret_cast<CUfunction>(new FakeFunction{mod, name});
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
+  g_func_attribute_calls++;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) {
+  g_func_attribute_calls++;
   const char* local = std::getenv("FAKE_CUDA_LOCAL_BYTES");
   *v = a == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES && local ? std::atoi(local) : 0;
   return CUDA_SUCCESS;

@@ -177,3 +177,30 @@ TEST_F(NormAutoDevice, NormKernelsUsePdlUnlessTurnedOff) {
   normkit::rt::Runtime::instance().reload_config();
   EXPECT_EQ(launch_pdl(), 1);
 }
+
+// Backwards whose row kernel takes dynamic shared memory (bf16 with dw: N=4096
+// the cp.async ring's 48 KB, N=16384 the shared-memory sums' 64 KB, which needs
+// the opt-in above 48 KB): the function's static shared memory is read from the
+// driver once, at load, and the opt-in set once, instead of a driver call or two
+// at every launch (host time per call).
+TEST_F(NormAutoDevice, SharedMemoryOptInOncePerKernel) {
+  for (const std::int64_t n : {4096, 16384}) {
+    RmsNormBwdArgs a;
+    a.shape = {64, n, 0};
+    a.x = Rows::strided(on(0, 0), DType::kBFloat16, n);
+    a.dout = Rows::strided(on(0, 16ull << 20), DType::kBFloat16, n);
+    a.dx = Rows::strided(on(0, 32ull << 20), DType::kBFloat16, n);
+    a.weight = {on(0, 48ull << 20), DType::kBFloat16};
+    a.dweight = on(0, 49ull << 20);
+    a.rstd = reinterpret_cast<const float*>(on(0, 50ull << 20));
+    a.workspace_bytes = rmsnorm_bwd_workspace_bytes(a);
+    a.workspace = on(0, 64ull << 20);
+    a.device = Device::cuda(0);
+    const int before = probe_.func_attribute_calls();
+    rmsnorm_bwd(a);  // compiles and loads (one attribute read per kernel), opts in where needed
+    const int after_first = probe_.func_attribute_calls();
+    EXPECT_GT(after_first, before) << n;
+    for (int i = 0; i < 5; ++i) rmsnorm_bwd(a);
+    EXPECT_EQ(probe_.func_attribute_calls(), after_first) << n;
+  }
+}

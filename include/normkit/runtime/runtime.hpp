@@ -9,6 +9,7 @@
 // arguments into a KernelSource and a LaunchConfig.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,11 @@ struct LoadedKernel {
   void* function = nullptr;          // CUfunction
   std::shared_ptr<const CompiledKernel> compiled;
   void* context = nullptr;           // CUcontext the function was loaded in (device's primary context)
+  // Read once at load rather than at every launch (a driver call each): the
+  // function's static shared memory, and the dynamic shared memory it has been
+  // allowed so far (the opt-in above 48 KB; shared by the copies of this handle).
+  int static_shared_bytes = 0;
+  std::shared_ptr<std::atomic<int>> dynamic_shared_allowed;
 };
 
 class Runtime {
