@@ -58,7 +58,7 @@ constexpr std::int64_t kStashBudget = 72 * 1024;
 // RowPlan::smem_sums: at most this much shared memory per CTA (two CTAs per SM on
 // sm_90 up to 113 KB each; 128 KB leaves LayerNorm N=16384 one CTA per SM).
 constexpr std::int64_t kSmemSumsBudget = 128 * 1024;
-constexpr std::int64_t kAsyncStages = 3;
+constexpr std::int64_t kAsyncStages = 3;  // RowPlan::async_rows' ring (norm_bwd_kernel's kStages)
 // RowPlan::async_rows: registers per thread the CTAs per SM leave at least (ptxas,
 // sm_80/sm_90a/sm_100a, bf16 and fp16, with and without dw/db/dresidual); LayerNorm
 // rows of which a thread holds several vectors, or a CTA several rows, need more
@@ -66,7 +66,7 @@ constexpr std::int64_t kAsyncStages = 3;
 // dw and db (one vector a thread) ran at 2749 GB/s with three CTAs per SM (80
 // registers), 2434 with two (96).
 constexpr std::int64_t kAsyncMinRegs = 80;
-constexpr std::int64_t kAsyncMinRegsCentered = 96;  // RowPlan::async_rows' ring (norm_bwd_kernel's kStages)
+constexpr std::int64_t kAsyncMinRegsCentered = 96;
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 

@@ -410,9 +410,10 @@ LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream)
   }
   impl_->counters.load_ns += elapsed_ns(start);
   impl_->counters.module_loads++;
-  LoadedKernel out{device, function, compiled, impl_->context(device)};
-  NK_CU_CHECK(d.cuFuncGetAttribute(&out.static_shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function));
-  out.dynamic_shared_allowed = std::make_shared<std::atomic<int>>(0);
+  int static_shared_bytes = 0;
+  NK_CU_CHECK(d.cuFuncGetAttribute(&static_shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function));
+  LoadedKernel out{device, function, compiled, impl_->context(device), static_shared_bytes,
+                   std::make_shared<std::atomic<int>>(0)};
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->modules.push_back(module);
   if (reuse) {
@@ -477,7 +478,8 @@ std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const Launch
 }
 
 void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void** args) {
-  NK_CHECK(kernel.function != nullptr && kernel.compiled, "launch: kernel handle is empty (use Runtime::get first)");
+  NK_CHECK(kernel.function != nullptr && kernel.compiled && kernel.dynamic_shared_allowed,
+           "launch: kernel handle is empty (use Runtime::get first)");
   const DriverApi& d = driver();
   const auto fn = static_cast<CUfunction>(kernel.function);
   ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
@@ -497,25 +499,18 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   }
   if (cfg.shared_bytes > 0) {
     // Static plus dynamic shared memory above 48 KB needs the opt-in, also when
-    // the dynamic part alone stays below it; once per size a handle has not yet
-    // been allowed (handles built by hand, without the load's bookkeeping: every time).
-    int static_bytes = kernel.static_shared_bytes;
-    if (!kernel.dynamic_shared_allowed) {
-      NK_CU_CHECK(d.cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
-    }
+    // the dynamic part alone stays below it: set once per size the handle has not
+    // yet been allowed (the static part was read at load).
     const int wanted = static_cast<int>(cfg.shared_bytes);
-    if (cfg.shared_bytes + static_cast<unsigned>(static_bytes) > 48 * 1024) {
-      if (!kernel.dynamic_shared_allowed) {
-        NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, wanted));
-      } else if (kernel.dynamic_shared_allowed->load(std::memory_order_acquire) < wanted) {
-        // Under a lock, to the largest size asked so far: two threads raising it at
-        // once must not leave it at the smaller of their sizes.
-        static std::mutex raise_mutex;
-        std::lock_guard<std::mutex> lock(raise_mutex);
-        const int allowed = std::max(wanted, kernel.dynamic_shared_allowed->load(std::memory_order_relaxed));
-        NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed));
-        kernel.dynamic_shared_allowed->store(allowed, std::memory_order_release);
-      }
+    if (cfg.shared_bytes + static_cast<unsigned>(kernel.static_shared_bytes) > 48 * 1024 &&
+        kernel.dynamic_shared_allowed->load(std::memory_order_acquire) < wanted) {
+      // Under a lock, to the largest size asked so far: two threads raising it at
+      // once must not leave it at the smaller of their sizes.
+      static std::mutex raise_mutex;
+      std::lock_guard<std::mutex> lock(raise_mutex);
+      const int allowed = std::max(wanted, kernel.dynamic_shared_allowed->load(std::memory_order_relaxed));
+      NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed));
+      kernel.dynamic_shared_allowed->store(allowed, std::memory_order_release);
     }
   }
   CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);

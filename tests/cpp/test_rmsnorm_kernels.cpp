@@ -425,13 +425,12 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
         // Parameter gradients: none, dw alone (LayerNorm without bias: bf16 N=4096
         // spilled 32 bytes in the cp.async ring at three CTAs per SM), dw and db.
         for (const int grads : {0, 1, 2}) {
-          RmsBwdSpec b;
-          b.n = n;
-          b.x = x;
-          if (grads >= 1) b.weight = grads == 1 ? x : f32;
-          if (grads == 2) b.dbias = f32;
-          b.dout = x;
-          b.dx = x;
+          RmsBwdSpec b = plain_bwd_spec(n, x);  // weight in x's dtype: dw alone
+          if (grads == 0) b.weight.reset();
+          if (grads == 2) {
+            b.weight = f32;
+            b.dbias = f32;
+          }
           b.center = true;
           b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
           kernels += expect_bwd_clean(b, target);

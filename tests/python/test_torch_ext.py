@@ -92,6 +92,16 @@ def _run(case, use_ext, monkeypatch):
     return _run_norm(rmsnorm, case, use_ext, monkeypatch)[:2]
 
 
+def _assert_same_results(cpp, py):
+    """The C++ path's outputs and gradients equal the Python path's, bit for bit (None where None)."""
+    for a, b in zip(cpp, py):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_cpp_path_equals_python_path(name, monkeypatch):
     """Same kernels behind both paths, so the results must be identical, gradients included."""
@@ -99,12 +109,7 @@ def test_cpp_path_equals_python_path(name, monkeypatch):
     case = CASES[name]()
     outs_cpp, grads_cpp = _run(case, True, monkeypatch)
     outs_py, grads_py = _run(case, False, monkeypatch)
-    for a, b in zip(outs_cpp + grads_cpp, outs_py + grads_py):
-        if a is None or b is None:
-            assert a is None and b is None
-        else:
-            assert a.dtype == b.dtype and a.shape == b.shape
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_results(outs_cpp + grads_cpp, outs_py + grads_py)
 
 
 def test_rmsnorm_fwd_and_bwd_functions_match_the_custom_ops():
@@ -151,18 +156,28 @@ def test_rows_that_need_a_copy_take_the_custom_op():
     torch.testing.assert_close(w.grad, wc.grad, rtol=0, atol=0)
 
 
-def test_double_backward_is_refused_clearly():
+@pytest.mark.parametrize("norm,match", [(rmsnorm, "double backward"),
+                                        (layernorm, "normkit.layernorm: double backward")],
+                         ids=["rmsnorm", "layernorm"])
+def test_double_backward_is_refused_clearly(norm, match):
     x, w = rnd(3, 16).requires_grad_(), rnd(16).requires_grad_()
-    with pytest.raises(RuntimeError, match="double backward"):
-        torch.autograd.grad(rmsnorm(x, w).sum(), (x, w), create_graph=True)
+    with pytest.raises(RuntimeError, match=match):
+        torch.autograd.grad(norm(x, w).sum(), (x, w), create_graph=True)
 
 
-def test_operator_errors_arrive_as_normkit_error():
-    # A negative eps passes the argument checks; the operator's validation refuses it.
+# A negative eps passes the argument checks; the operator's validation refuses it.
+# The C++ entry points' trailing arguments: (weight_offset, store_rstd,
+# store_residual_out, grad) and (prenorm, weight_offset) for RMSNorm, (store_stats,
+# store_residual_out, grad) and (prenorm) for LayerNorm.
+@pytest.mark.parametrize("call", [
+    lambda x: _ops._ext.rmsnorm_fwd(x, None, None, None, None, None, -1.0, 0.0, False, False, False),
+    lambda x: _ops._ext.rmsnorm(x, None, None, None, None, None, -1.0, False, 0.0),
+    lambda x: _ops._ext.layernorm_fwd(x, None, None, None, None, None, -1.0, False, False, False),
+    lambda x: _ops._ext.layernorm(x, None, None, None, None, None, -1.0, False),
+], ids=["rmsnorm_fwd", "rmsnorm", "layernorm_fwd", "layernorm"])
+def test_operator_errors_arrive_as_normkit_error(call):
     with pytest.raises(normkit.NormkitError, match="eps"):
-        _ops._ext.rmsnorm_fwd(rnd(2, 8), None, None, None, None, None, -1.0, 0.0, False, False, False)
-    with pytest.raises(normkit.NormkitError, match="eps"):
-        _ops._ext.rmsnorm(rnd(2, 8), None, None, None, None, None, -1.0, False, 0.0)
+        call(rnd(2, 8))
 
 
 # rmsnorm_bwd's checks, likewise: (x, weight, dout, rstd, dresidual_out, dx_dtype, dbias_dtype, dresidual_dtype).
@@ -374,12 +389,7 @@ def test_layernorm_cpp_path_equals_custom_op_path(name, monkeypatch):
     case = LN_CASES[name]()
     outs_cpp, grads_cpp, _ = _run_ln(case, True, monkeypatch)
     outs_py, grads_py, _ = _run_ln(case, False, monkeypatch)
-    for a, b in zip(outs_cpp + grads_cpp, outs_py + grads_py):
-        if a is None or b is None:
-            assert a is None and b is None
-        else:
-            assert a.dtype == b.dtype and a.shape == b.shape
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_results(outs_cpp + grads_cpp, outs_py + grads_py)
 
 
 @pytest.mark.parametrize("name", ["plain", "residual prenorm", "residual, no prenorm", "per-head weight and bias",
@@ -452,19 +462,6 @@ def test_layernorm_rows_that_need_a_copy_take_the_custom_op(counting_ext):
     layernorm(xc, wc, bc).sum().backward()
     for a, want in ((x.grad, xc.grad), (w.grad, wc.grad), (b.grad, bc.grad)):
         torch.testing.assert_close(a, want, rtol=0, atol=0)
-
-
-def test_layernorm_double_backward_is_refused_clearly():
-    x, w = rnd(3, 16).requires_grad_(), rnd(16).requires_grad_()
-    with pytest.raises(RuntimeError, match="normkit.layernorm: double backward"):
-        torch.autograd.grad(layernorm(x, w).sum(), (x, w), create_graph=True)
-
-
-def test_layernorm_operator_errors_arrive_as_normkit_error():
-    with pytest.raises(normkit.NormkitError, match="eps"):
-        _ops._ext.layernorm_fwd(rnd(2, 8), None, None, None, None, None, -1.0, False, False, False)
-    with pytest.raises(normkit.NormkitError, match="eps"):
-        _ops._ext.layernorm(rnd(2, 8), None, None, None, None, None, -1.0, False)
 
 
 def test_layernorm_gradient_with_other_strides_than_the_input():

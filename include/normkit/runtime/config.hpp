@@ -19,12 +19,13 @@ enum class CacheMode {
 
 // The configuration's switches that every call reads (its plans and launches),
 // without the strings and paths of Config: copying a Config on each call was
-// ~0.1 us of malloc and free (a backward call read it twice).
+// ~0.1 us of malloc and free (a backward call read it twice). Filled from the
+// Config by Runtime::switches(); the fields and their defaults are Config's.
 struct CallSwitches {
-  bool smem_sums = true;
-  bool async_rows = true;
-  bool pdl = true;
-  std::uint64_t sync_timeout_us = 2000;
+  bool smem_sums;
+  bool async_rows;
+  bool pdl;
+  std::uint64_t sync_timeout_us;
 };
 
 struct Config {
