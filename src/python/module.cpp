@@ -223,6 +223,7 @@ NB_MODULE(_C, m) {
     d["spill_store_bytes"] = k->spill_store_bytes;
     d["spill_load_bytes"] = k->spill_load_bytes;
     d["binary_size"] = static_cast<std::uint64_t>(k->binary.size());
+    d["ptxas_log"] = k->ptxas_log;
     return d;
   }, "target"_a, "unroll"_a = 1, "Compile the self-test kernel for an explicit target (no GPU needed).");
   m.def("selftest_axpy",

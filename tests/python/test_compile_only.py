@@ -28,9 +28,10 @@ def test_selftest_compiles_without_spills(target, nvrtc):
     assert len(k["key"]) == 64 and all(ch in "0123456789abcdef" for ch in k["key"])
     assert k["binary_size"] > 0
     assert k["lowered_name"]
-    assert k["registers"] > 0
-    assert k["spill_store_bytes"] == 0
-    assert k["spill_load_bytes"] == 0
+    report = f"ptxas report of {k['lowered_name']}:\n{k['ptxas_log']}"
+    assert k["registers"] > 0, report
+    assert k["spill_store_bytes"] == 0, report
+    assert k["spill_load_bytes"] == 0, report
 
 
 def test_memory_then_disk_cache(cache_dir):

@@ -91,6 +91,28 @@ def test_grid_compiled(fresh_dynamo, xdt, wdt):
                  label=f"compiled M{m} N{n}")
 
 
+@pytest.mark.parametrize("n", [4096, 65536, 262144], ids=["N4096", "N65536-cluster", "N262144-cluster"])
+def test_variance_is_stable_far_from_zero(n):
+    # Rows of mean 1000 and spread 1 in fp32: E[h^2] - mean^2 keeps about one bit of
+    # the variance there; the kernel's two passes over the register-resident row
+    # (the mean, then squared deviations around it) must give mean and rstd as
+    # float64 does, and so the output.
+    m = 64
+    x = (1000.0 + torch.randn((m, n), device="cuda", dtype=torch.float64)).to(FP32)
+    out, _, mean, rstd = layernorm_fwd(x, None, eps=EPS, store_rstd=True, store_mean=True)
+    y, _, _, mean_ref, rstd_ref = ln_ref_forward(x)
+    assert torch.allclose(mean.double(), mean_ref, rtol=1e-6, atol=0), "mean"
+    assert torch.allclose(rstd.double(), rstd_ref, rtol=2e-4, atol=0), \
+        f"rstd off by up to {((rstd.double() - rstd_ref) / rstd_ref).abs().max().item():.2e} (relative)"
+    # The output cannot be closer than the fp32 mean allows: the float64 mean is
+    # rounded to a step of ulp(1000) = 2^-14 there, and each step shifts every
+    # output by ~2^-14 * rstd. Eight steps are allowed for the rounding of the fp32
+    # row sum (the kernel's summation order, emulated in numpy at these shapes, is
+    # off by up to ~2 steps; the E[h^2] - mean^2 form misses by whole units).
+    ulp_of_mean = 2.0 ** -14
+    check("out", out, y, atol_extra=8 * ulp_of_mean * rstd_ref.max().item())
+
+
 # ---------------------------------------------------------------------------
 # Features
 
