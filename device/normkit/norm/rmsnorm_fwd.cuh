@@ -9,13 +9,16 @@
 // sums reduced across the row's threads (and the cluster's CTAs for long rows),
 // and the epilogue writes from registers. LayerNorm's variance is a second pass
 // over the register-resident row around its mean (stable where E[h^2] - mean^2
-// cancels), one more reduction and no more memory traffic. residual_out is
+// cancels), one more reduction and no more memory traffic; rows of a cluster
+// (where each reduction is a cluster barrier) take one reduction of two sums
+// around a sample of the row instead (SHIFT). residual_out is
 // stored while the row is loaded, before the reduction, so its store overlaps the
 // reduction's latency. Every optional tensor is a template type (`none` when
 // absent): absent features cost no instructions and no registers.
 #pragma once
 
 #include "normkit/common/pdl.cuh"
+#include "normkit/common/shifted_moments.cuh"
 #include "normkit/norm/row_engine.cuh"
 
 namespace nk {
@@ -58,7 +61,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES);
   constexpr bool H32 = Cfg::REGS && !RAW;
   static_assert(!PREFETCH || (RAW && is_none<R>), "the pipeline keeps raw rows without a residual");
-  __shared__ typename Cfg::Reduce reduce_storage;
+  // SHIFT: LayerNorm rows of a cluster take their statistics from one reduction of
+  // two sums around a sample of the row (shifted_moments.cuh), where the two-pass
+  // form takes two reductions, each a cluster barrier on the row's critical path.
+  // H200, M*N = 2^27, bf16 without residual, GB/s two-pass -> shifted (1942939 ->
+  // 5edfd83): N=65536 2428 -> 2801, N=131072 2203 -> 2604, N=262144 2111 -> 2500.
+  // Rows of one CTA lost with it (N=16384: 3709 -> 3430; with a residual 3586 ->
+  // 2631 at 72 registers instead of two CTAs' 64), and so keep the two passes.
+  constexpr bool SHIFT = CENTER && Cfg::CLUSTER > 1;
+  static_assert(!SHIFT || Cfg::ROWS == 1, "one row per cluster: its CTAs make one decision on the same sums");
+  __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, SHIFT ? 2 : 1> reduce_storage;
   const RowThread<Cfg> t = RowThread<Cfg>::make();
   struct RawRow {
     RawVec<X, VEC> x[RAW ? Cfg::ITEMS : 1];
@@ -160,29 +172,79 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       });
     }
 
-    // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
-    float sum = 0.f;
-    for_each_item<Cfg>([&](int k) {
-      if (!active || !t.owns(k)) return;
-      float v[VEC];
-      get_h(k, v, true);
-      if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
-    });
-    sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sum, t.sub, t.lane, reduce_storage);
-    float mean = 0.f;
-    if constexpr (CENTER) {
-      mean = sum / static_cast<float>(Cfg::N);
-      float sq = 0.f;
+    // SHIFT: h of the row's first column, loaded by every thread of the row (one
+    // broadcast transaction per warp, in flight with the row's loads).
+    float shift = 0.f;
+    if constexpr (SHIFT) {
+      shift = to_float(x[0]);
+      if constexpr (!is_none<R>) shift += to_float(res[0]);
+    }
+    // Sums of h - around and of its square (SHIFT) over the thread's elements.
+    auto shifted_sums = [&](float around, bool first, float (&acc)[2]) {
       for_each_item<Cfg>([&](int k) {
         if (!active || !t.owns(k)) return;
         float v[VEC];
-        get_h(k, v, false);
+        get_h(k, v, first);
+        // residual_out may be the residual itself (the in-place fused add), whose
+        // column 0 every thread reads for the shift: that vector is stored with the
+        // output, after the reduction, which no thread leaves before its shift has
+        // been loaded (the sums depend on it).
+        if constexpr (!is_none<RO>) {
+          if (first && t.column(k) != 0) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
+        }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
+        for (int i = 0; i < VEC; ++i) {
+          const float c = v[i] - around;
+          acc[0] += c;
+          acc[1] += c * c;
+        }
       });
-      sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(sq, t.sub, t.lane, reduce_storage);
+    };
+    float mean = 0.f;
+    float sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: M2
+    if constexpr (SHIFT) {
+      float sums[2] = {0.f, 0.f};
+      shifted_sums(shift, true, sums);
+      row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sums, t.sub, t.lane, reduce_storage);
+      ShiftedMoments m = moments_from_shifted_sums(shift, sums[0], sums[1], static_cast<float>(Cfg::N));
+      if (m.exact_needed) {
+        // The shift was too far from the mean (an outlier first column, a constant
+        // row): the sums again around the mean just found, now close to the row's,
+        // accurate whatever the guard says (its loss scales with the square of the
+        // first mean's rounding error over the std). Uniform: every thread of the
+        // cluster has the same sums.
+        float again[2] = {0.f, 0.f};
+        shifted_sums(m.mean, false, again);
+        row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(again, t.sub, t.lane, reduce_storage);
+        m = moments_from_shifted_sums(m.mean, again[0], again[1], static_cast<float>(Cfg::N));
+        m.m2 = fmaxf(m.m2, 0.f);
+      }
+      mean = m.mean;
+      sum = m.m2;
+    } else {
+      // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
+      for_each_item<Cfg>([&](int k) {
+        if (!active || !t.owns(k)) return;
+        float v[VEC];
+        get_h(k, v, true);
+        if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
+      });
+      sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sum, t.sub, t.lane, reduce_storage);
+      if constexpr (CENTER) {
+        // The variance around the mean: a second pass over the register-resident row.
+        mean = sum / static_cast<float>(Cfg::N);
+        float sq = 0.f;
+        for_each_item<Cfg>([&](int k) {
+          if (!active || !t.owns(k)) return;
+          float v[VEC];
+          get_h(k, v, false);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
+        });
+        sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(sq, t.sub, t.lane, reduce_storage);
+      }
     }
     // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
     const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
@@ -203,6 +265,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       const int col = t.column(k);
       float v[VEC];
       get_h(k, v, false);
+      if constexpr (SHIFT && !is_none<RO>) {
+        if (col == 0) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r), v);
+      }
       float w[VEC], b[VEC];
       if constexpr (EARLY_PARAMS) {
 #pragma unroll
