@@ -108,10 +108,11 @@ def layernorm_fwd(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Ten
         h = x + residual (fp32), mean = mean(h), rstd = 1 / sqrt(mean((h - mean)^2) + eps),
         out = (h - mean) * rstd * weight + bias  (in out_dtype, default x.dtype)
 
-    The statistics come from sums of h - h[..., 0] and of its square (one reduction;
-    exact in real arithmetic for any shift, and stable in fp32 while h[..., 0] is within
-    4 std of the mean); rows where it is not are reduced again over the centred row.
-    Never E[h^2] - mean^2, which cancels for rows far from zero.
+    The variance is taken over the centred row (two passes). Rows long enough to be
+    spread over a cluster of CTAs take sums of h - h[..., 0] and of its square instead
+    (one reduction: exact for any shift, stable in fp32 while h[..., 0] is within 4 std
+    of the mean), reduced again around the mean found where it is not. Never
+    E[h^2] - mean^2, which cancels for rows far from zero.
     residual_out is h in residual_dtype (default residual's dtype, else x's); it is x
     itself when there is no residual and no dtype change. mean and rstd (fp32, shape
     x.shape[:-1]) are returned when store_mean / store_rstd, else None. A 2-D weight
