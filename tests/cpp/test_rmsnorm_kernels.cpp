@@ -406,22 +406,32 @@ INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm
 // sm_90a and sm_80.
 TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
   int kernels = 0;
-  for (const std::string target : {"sm_90a", "sm_80"}) {
-    for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 131072, 262144}) {
-      for (DType x : {bf16, f32}) {
-        RmsFwdSpec f;
-        f.n = n;
-        f.x = x;
-        f.residual = x;
-        f.residual_out = x;
-        f.weight = f32;
-        f.bias = f32;
-        f.out = x;
-        f.store_rstd = true;
-        f.center = true;
-        f.plan = plan_fwd(f, 8, arch_of(target));
-        expect_fwd_clean(f, target);
-        ++kernels;
+  for (const std::string target : {"sm_90a", "sm_80", "sm_100a"}) {
+    for (std::int64_t n : {192, 1024, 4096, 8192, 32768, 65536, 131072, 262144}) {
+      for (DType x : {bf16, f16, f32}) {
+        // Forward: with a residual and fp32 parameters, and without a residual with
+        // parameters in x's dtype (the rows the forward pipeline takes).
+        for (const bool residual : {true, false}) {
+          RmsFwdSpec f;
+          f.n = n;
+          f.x = x;
+          if (residual) {
+            f.residual = x;
+            f.residual_out = x;
+          }
+          f.weight = residual ? f32 : x;
+          f.bias = residual ? f32 : x;
+          f.out = x;
+          f.store_rstd = true;
+          f.center = true;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          expect_fwd_clean(f, target);
+          ++kernels;
+        }
+        // The backward's sweep: bf16 and fp32 on sm_90a and sm_80 (on sm_100a the
+        // stash's column kernel, bf16 N=32768 with dw and db, spills 24 bytes: not
+        // yet planned for that target).
+        if (x == f16 || target == "sm_100a") continue;
         // Parameter gradients: none, dw alone (LayerNorm without bias: bf16 N=4096
         // spilled 32 bytes in the cp.async ring at three CTAs per SM), dw and db.
         for (const int grads : {0, 1, 2}) {
