@@ -25,6 +25,16 @@ constexpr DType f32 = DType::kFloat32;
 
 int arch_of(const std::string& target) { return Target::parse(target).arch; }
 
+// A forward spec of x, weight and out all in `x`, no residual or bias.
+RmsFwdSpec plain_fwd_spec(std::int64_t n, DType x) {
+  RmsFwdSpec f;
+  f.n = n;
+  f.x = x;
+  f.weight = x;
+  f.out = x;
+  return f;
+}
+
 // A backward spec of x, weight, dout and dx all in `x` (the plain training case).
 RmsBwdSpec plain_bwd_spec(std::int64_t n, DType x = DType::kBFloat16) {
   RmsBwdSpec b;
@@ -412,16 +422,13 @@ TEST_F(RmsNormKernelSweep, LayerNormKernelsCompileWithoutSpills) {
         // Forward: with a residual and fp32 parameters, and without a residual with
         // parameters in x's dtype (the rows the forward pipeline takes).
         for (const bool residual : {true, false}) {
-          RmsFwdSpec f;
-          f.n = n;
-          f.x = x;
+          RmsFwdSpec f = plain_fwd_spec(n, x);
           if (residual) {
             f.residual = x;
             f.residual_out = x;
+            f.weight = f32;
           }
-          f.weight = residual ? f32 : x;
-          f.bias = residual ? f32 : x;
-          f.out = x;
+          f.bias = f.weight;
           f.store_rstd = true;
           f.center = true;
           f.plan = plan_fwd(f, 8, arch_of(target));
@@ -509,15 +516,11 @@ TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
     for (DType x : {bf16, f32}) {
       for (DType residual : {x, f32}) {
         for (const bool center : {false, true}) {
-          RmsFwdSpec f;
-          f.n = n;
-          f.x = x;
+          RmsFwdSpec f = plain_fwd_spec(n, x);
           f.residual = residual;
           f.residual_out = residual;
-          f.weight = x;
           if (center) f.bias = x;
           f.center = center;
-          f.out = x;
           f.few_rows = true;
           f.plan = plan_fwd(f, 8, arch_of(target));
           EXPECT_TRUE(f.plan.early_params) << n << " " << f.plan.str();
@@ -537,11 +540,8 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
     for (DType x : {bf16, f16, f32}) {
       // weight: same dtype as x, fp32 (the mixed-precision training case), none
       for (std::optional<DType> w : {std::optional<DType>(x), std::optional<DType>(f32), std::optional<DType>()}) {
-        RmsFwdSpec f;
-        f.n = n;
-        f.x = x;
+        RmsFwdSpec f = plain_fwd_spec(n, x);
         f.weight = w;
-        f.out = x;
         f.store_rstd = true;
         for (const bool few_rows : {false, true}) {  // few rows: weight loaded with the row (early_params)
           f.few_rows = few_rows;

@@ -29,13 +29,6 @@ namespace nk {
 
 constexpr float kShiftMaxRatio = 16.f;
 
-// Where the forward may take it (norm_fwd_kernel's SHIFT).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-constexpr bool kShiftMomentsOnThisArch = false;
-#else
-constexpr bool kShiftMomentsOnThisArch = true;
-#endif
-
 struct ShiftedMoments {
   float mean;
   float m2;

@@ -68,9 +68,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // 5edfd83): N=65536 2428 -> 2801, N=131072 2203 -> 2604, N=262144 2111 -> 2500.
   // Rows of one CTA lost with it (N=16384: 3709 -> 3430; with a residual 3586 ->
   // 2631 at 72 registers instead of two CTAs' 64), and so keep the two passes.
-  // Not on sm_100 and later (kShiftMomentsOnThisArch): ptxas spilled 144-552
-  // bytes there with it, and it is not measured there.
-  constexpr bool SHIFT = CENTER && Cfg::CLUSTER > 1 && kShiftMomentsOnThisArch;
+  // Not on sm_100 and later: ptxas spilled 144-552 bytes there with it, and it is
+  // not measured there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  constexpr bool SHIFT = false;
+#else
+  constexpr bool SHIFT = CENTER && Cfg::CLUSTER > 1;
+#endif
   static_assert(!SHIFT || Cfg::ROWS == 1, "one row per cluster: its CTAs make one decision on the same sums");
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, SHIFT ? 2 : 1> reduce_storage;
   const RowThread<Cfg> t = RowThread<Cfg>::make();
