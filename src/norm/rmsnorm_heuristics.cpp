@@ -331,6 +331,12 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const std::int64_t by_threads = 2048 / p.threads();
   p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min(by_regs, by_threads), 1, 16));
   if (!p.regs) p.min_blocks = two_pass_blocks;
+  // Calls of few rows launch a few CTAs: registers, not occupancy (fp32 rows with a
+  // raw residual and their parameters early spilled under the 128 of two CTAs).
+  // H200 by graph replay, 6683edb -> 885c98d (norm_fwd_kernel's RAW_RES and
+  // EARLY_PARAMS): RMSNorm fp32 M=1-128 N=4096-8192 4.9-5.9 -> 2.4-3.6 us, with a
+  // residual 8.2-8.8 -> 3.0-5.3; LayerNorm bf16 4.0-4.5 -> 2.7-3.3.
+  if (p.early_params) p.min_blocks = 1;
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));

@@ -507,30 +507,35 @@ TEST_F(RmsNormKernelSweep, AsyncRowsBackwardCompilesWithoutSpills) {
   EXPECT_EQ(kernels, 2 * 4 * 2 * 2 * 2);
 }
 
-// Calls of few rows with a residual keep both rows raw (RAW_RES, 16-bit x and
-// residual): that path and the fp32 ones beside it, for both norms, without spills.
+// Calls of few rows with a residual keep both rows raw (RAW_RES) and load weight
+// and bias with the row (up to 256 bytes a thread: fp32 LayerNorm parameters):
+// those paths, with parameters in x's dtype and in fp32, for both norms, without
+// spills.
 TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
-  const std::string target = "sm_90a";
   int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_80", "sm_100a"})
   for (std::int64_t n : {1024, 4096, 8192}) {
     for (DType x : {bf16, f32}) {
       for (DType residual : {x, f32}) {
-        for (const bool center : {false, true}) {
-          RmsFwdSpec f = plain_fwd_spec(n, x);
-          f.residual = residual;
-          f.residual_out = residual;
-          if (center) f.bias = x;
-          f.center = center;
-          f.few_rows = true;
-          f.plan = plan_fwd(f, 8, arch_of(target));
-          EXPECT_TRUE(f.plan.early_params) << n << " " << f.plan.str();
-          expect_fwd_clean(f, target);
-          ++kernels;
+        for (DType param : x == f32 ? std::vector<DType>{f32} : std::vector<DType>{x, f32}) {
+          for (const bool center : {false, true}) {
+            RmsFwdSpec f = plain_fwd_spec(n, x);
+            f.residual = residual;
+            f.residual_out = residual;
+            f.weight = param;
+            if (center) f.bias = param;
+            f.center = center;
+            f.few_rows = true;
+            f.plan = plan_fwd(f, 8, arch_of(target));
+            EXPECT_TRUE(f.plan.early_params) << n << " " << f.plan.str();
+            expect_fwd_clean(f, target);
+            ++kernels;
+          }
         }
       }
     }
   }
-  EXPECT_EQ(kernels, 24);
+  EXPECT_EQ(kernels, 108);
 }
 
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {

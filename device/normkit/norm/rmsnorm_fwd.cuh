@@ -54,10 +54,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // keep the residual raw too, both rows loaded before either is used. Built as
   // h32 item by item, each item's two loads were waited on before the next item's
   // were issued: a residual decode call (M=1, N=4096 bf16) took 5.3 us by graph
-  // replay against 2.4 without the residual. 16-bit rows only: two raw fp32 rows
-  // cost twice the registers of h.
+  // replay against 2.4 without the residual. fp32 rows too: two raw fp32 rows
+  // cost twice the registers of h, which a call of few rows has (its plan asks
+  // one CTA per SM of the compiler, RowPlan::early_params); H200, M=1 N=4096 fp32
+  // with a residual by graph replay (6683edb -> 09050e3): 8.6 -> 3.1 us.
   constexpr bool RAW_RES = Cfg::REGS && !is_none<R> && EARLY && !PREFETCH && Cfg::THREADS <= 256 &&
-                           sizeof(X) + size_or_zero<R> <= 4;
+                           sizeof(X) + size_or_zero<R> <= 8;
   constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES);
   constexpr bool H32 = Cfg::REGS && !RAW;
   static_assert(!PREFETCH || (RAW && is_none<R>), "the pipeline keeps raw rows without a residual");
@@ -160,21 +162,50 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     // with the row instead of after the reduction: such a call is a chain of memory
     // latencies (row, then parameters), and this takes one link out (decode: M=1,
     // N=4096 bf16 took 3.9 us by graph replay where a copy took 1.6 and three peers
-    // 2.2). It costs registers (bf16 N=4096: 72 instead of 40, half the CTAs per
-    // SM), which is why calls of many rows keep the late load.
-    constexpr bool EARLY_PARAMS = EARLY && RAW && !PREFETCH && Cfg::THREADS <= 256 &&
-                                  Cfg::ITEMS * VEC * (size_or_zero<W> + size_or_zero<B>) <= 64;
+    // 2.2). It costs registers (bf16 N=4096: 72 instead of 40), which a call of few
+    // rows has (its plan asks one CTA per SM of the compiler, RowPlan::early_params).
+    // Loaded after the reduction item by item next to its store, each load waits
+    // for the store before it (the pointers may alias, so neither compiler moves a
+    // load above a store; the SASS: LDG, STG, LDG, STG, ...): the epilogue is ITEMS
+    // memory latencies in a row. H200, M=1 N=4096 by graph replay: fp32 RMSNorm
+    // 5.3 -> 2.4 us with up to 128 bytes a thread (09050e3), fp32 LayerNorm with
+    // weight and bias 5.9 -> 2.6 us with up to 256 (0d78d91); Liger 2.3 and 2.6.
+    constexpr int PARAM_BYTES = VEC * (size_or_zero<W> + size_or_zero<B>);  // per item
+    constexpr bool EARLY_PARAMS = EARLY && RAW && !PREFETCH && Cfg::THREADS <= 256 && PARAM_BYTES > 0 &&
+                                  Cfg::ITEMS * PARAM_BYTES <= 256;
+    // Calls of few rows whose parameters are too many to load with the row load
+    // them after the reduction in groups of 64 bytes a thread (16 registers).
+    // Calls of many rows keep one item at a time: other CTAs hide its latencies,
+    // and the registers cost them CTAs per SM (H200, M*N = 2^27, bf16 ratio to
+    // copy with groups in every plan, 0d78d91: N=16384 0.96 -> 0.65, with a
+    // residual N=256-8192 0.94-0.98 -> 0.87-0.92). Not in 1024-thread CTAs either
+    // (ptxas spilled 20-548 bytes under their 64-register cap with groups of 32
+    // bytes), nor for scalar items (odd N: spilled on sm_80).
+    constexpr int LATE_BYTES = EARLY && Cfg::THREADS < 1024 && VEC > 1 ? 64 : 0;
+    constexpr int LATE_GROUP = !Cfg::REGS || PARAM_BYTES == 0 || PARAM_BYTES >= LATE_BYTES ? 1
+                               : LATE_BYTES / PARAM_BYTES < Cfg::ITEMS ? LATE_BYTES / PARAM_BYTES
+                                                                       : Cfg::ITEMS;
     using WP = Packed<typename or_type<W, float>::type, VEC>;
     using BP = Packed<typename or_type<B, float>::type, VEC>;
-    WP w_early[EARLY_PARAMS && !is_none<W> ? Cfg::ITEMS : 1];
-    BP b_early[EARLY_PARAMS && !is_none<B> ? Cfg::ITEMS : 1];
     const long long head_offset = (r % p.shape.heads) * Cfg::N;
+    auto load_params = [&](int k, WP& w, BP& b) {
+      const int col = t.column(k);
+      if constexpr (!is_none<W>) w = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col);
+      if constexpr (!is_none<B>) b = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col);
+    };
+    auto widen_params = [&](const WP& wp, const BP& bp, float (&w)[VEC], float (&b)[VEC]) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        w[i] = is_none<W> ? 1.f : to_float(wp.v[i]) + p.weight_offset;
+        b[i] = is_none<B> ? 0.f : to_float(bp.v[i]);
+      }
+    };
+    WP w_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
+    BP b_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     if constexpr (EARLY_PARAMS) {
       for_each_item<Cfg>([&](int k) {
         if (!active || !t.owns(k)) return;
-        const int col = t.column(k);
-        if constexpr (!is_none<W>) w_early[k] = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col);
-        if constexpr (!is_none<B>) b_early[k] = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col);
+        load_params(k, w_early[k], b_early[k]);
       });
     }
 
@@ -266,8 +297,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     if (!active) return;
 
     O* out = row_ptr_mut<O>(p.out, p.shape, r);
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
+    // Item k's output; `params(w, b)` gives its weight and bias (widened).
+    auto store_item = [&](int k, auto&& params) {
       const int col = t.column(k);
       float v[VEC];
       get_h(k, v, false);
@@ -275,20 +306,40 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         if (col == 0) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r), v);
       }
       float w[VEC], b[VEC];
-      if constexpr (EARLY_PARAMS) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          w[i] = is_none<W> ? 1.f : to_float(w_early[k].v[i]) + p.weight_offset;
-          b[i] = is_none<B> ? 0.f : to_float(b_early[k].v[i]);
-        }
-      } else {
-        load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-        load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
-      }
+      params(w, b);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
       store_vec<VEC>(out + col, v);
-    });
+    };
+    if constexpr (EARLY_PARAMS) {
+      for_each_item<Cfg>([&](int k) {
+        if (!t.owns(k)) return;
+        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(w_early[k], b_early[k], w, b); });
+      });
+    } else if constexpr (LATE_GROUP > 1) {
+#pragma unroll
+      for (int g = 0; g < Cfg::ITEMS; g += LATE_GROUP) {
+        WP wg[LATE_GROUP];
+        BP bg[LATE_GROUP];
+#pragma unroll
+        for (int j = 0; j < LATE_GROUP; ++j) {
+          if (g + j < Cfg::ITEMS && t.owns(g + j)) load_params(g + j, wg[j], bg[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < LATE_GROUP; ++j) {
+          if (g + j >= Cfg::ITEMS || !t.owns(g + j)) continue;
+          store_item(g + j, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(wg[j], bg[j], w, b); });
+        }
+      }
+    } else {
+      for_each_item<Cfg>([&](int k) {
+        if (!t.owns(k)) return;
+        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
+          load_param<VEC, W>(p.weight, head_offset, t.column(k), p.weight_offset, 1.f, w);
+          load_param<VEC, B>(p.bias, head_offset, t.column(k), 0.f, 0.f, b);
+        });
+      });
+    }
   };
 
   const long long first = static_cast<long long>(blockIdx.x / Cfg::CLUSTER) * Cfg::ROWS;
