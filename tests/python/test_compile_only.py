@@ -1,7 +1,10 @@
 """Compile-only path: NVRTC without a GPU, the memory and disk caches, and the cache CLI."""
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -19,8 +22,28 @@ def counts():
     return c["compiles"], c["memory_hits"], c["disk_hits"]
 
 
+def _selftest_without_compute_cache(target, cache_dir):
+    """selftest_compile in a fresh process and cache directory, the CUDA compute cache off.
+
+    With a driver present, NVRTC serves a PTX->cubin step it has seen before (on
+    a GPU machine: the same self-test kernel, compiled earlier for the device)
+    from the CUDA compute cache and prints no ptxas report; the entry then has
+    no register count (the runtime checks spills at load instead)."""
+    code = (
+        "import json; from normkit import _C; k = _C.selftest_compile(%r); "
+        "print(json.dumps({n: k[n] for n in ('registers', 'spill_store_bytes', 'spill_load_bytes', "
+        "'ptxas_log', 'lowered_name')}))" % target
+    )
+    # A cache directory of its own: this test's holds the entry just compiled,
+    # with no report either.
+    env = dict(os.environ, CUDA_CACHE_DISABLE="1", NORMKIT_CACHE_DIR=str(cache_dir / "without-compute-cache"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "sm_100a"])
-def test_selftest_compiles_without_spills(target, nvrtc):
+def test_selftest_compiles_without_spills(target, nvrtc, cache_dir):
     if int(target[3:].rstrip("a")) not in nvrtc["nvrtc_archs"]:
         pytest.skip(f"NVRTC {nvrtc['nvrtc_version']} has no {target}")
     k = _C.selftest_compile(target)
@@ -28,6 +51,10 @@ def test_selftest_compiles_without_spills(target, nvrtc):
     assert len(k["key"]) == 64 and all(ch in "0123456789abcdef" for ch in k["key"])
     assert k["binary_size"] > 0
     assert k["lowered_name"]
+    if not k["ptxas_log"]:
+        # Only with a driver (the compute cache); then the report is asked again.
+        assert k["registers"] == -1 and k["spill_store_bytes"] == -1
+        k = _selftest_without_compute_cache(target, cache_dir)
     report = f"ptxas report of {k['lowered_name']}:\n{k['ptxas_log']}"
     assert k["registers"] > 0, report
     assert k["spill_store_bytes"] == 0, report
