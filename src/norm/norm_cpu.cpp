@@ -65,7 +65,9 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 int choose_threads(std::int64_t blocks, std::int64_t elems) {
   std::int64_t want = g_forced_threads.load(std::memory_order_relaxed);
   if (want <= 0) {
-    const unsigned hw = std::thread::hardware_concurrency();
+    // Read once: glibc answers hardware_concurrency() by reading sysfs, which
+    // cost a small call (one row) more than its arithmetic.
+    static const unsigned hw = std::thread::hardware_concurrency();
     want = std::min<std::int64_t>(hw == 0 ? 1 : hw, kMaxThreads);
     want = std::min(want, std::max<std::int64_t>(1, elems / kMinElemsPerThread));
   }
