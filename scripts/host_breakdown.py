@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Where the host time of one eager no-grad RMSNorm call goes (issue 4 requirement 4:
+M=1, N=4096 bf16 with a weight, <= 5 us per call over 10,000 calls).
+
+Each line times one layer of the call on its own, as wall time per call over
+back-to-back calls (median of --rounds rounds of --calls calls, a synchronize
+closing each round), so that their differences say what each layer adds:
+
+  normkit.torch.rmsnorm      the public call (what `normkit bench` reports)
+  _torch_C.rmsnorm           the C++ eager path alone (checks, allocation, launch)
+  _C.rmsnorm_fwd             normkit's C API on preallocated tensors: plan memo and launch only
+  torch.empty_like           one output allocation by PyTorch's caching allocator
+  cupy empty kernel          a driver launch of an empty kernel (the floor), when CuPy is there
+  F.rms_norm                 PyTorch eager, for reference
+
+and whether the loop was bound by the GPU instead (GPU time per call of the same
+loop by CUDA events: if it is close to the wall time, the queue was full and the
+wall time is the kernels', not the host's).
+
+    python scripts/host_breakdown.py [--calls 10000] [--rounds 5] [--json OUT.json]
+
+A diagnostic, not a test: needs a CUDA device.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=10000, help="calls per round (default 10000)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        sys.exit("host_breakdown: needs a CUDA device (this measures the GPU call's host path)")
+    import normkit.torch as nkt
+    from normkit.torch import _impl, _ops
+
+    m, n = 1, 4096
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
+    out = torch.empty_like(x)
+    stream = torch.cuda.current_stream().cuda_stream
+    ext = _ops._ext
+    c_fwd = _impl._C.rmsnorm_fwd
+
+    def c_api():
+        c_fwd(m, n, 0, x.data_ptr(), "bf16", 0, n, 0, "", 0, 0, out.data_ptr(), "bf16", 0, n, 0, "", 0, n,
+              w.data_ptr(), "bf16", 0, "", 1, 0, 0, 1e-6, 0.0, 0, stream)
+
+    calls = {
+        "normkit.torch.rmsnorm": lambda: nkt.rmsnorm(x, w),
+        "_torch_C.rmsnorm": (lambda: ext.rmsnorm(x, w, None, None, None, None, 1e-6, False, 0.0))
+        if ext is not None else None,
+        "_C.rmsnorm_fwd": c_api,
+        "torch.empty_like": lambda: torch.empty_like(x),
+        "F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
+    }
+    try:
+        import cupy
+
+        empty = cupy.RawKernel('extern "C" __global__ void empty() {}', "empty")
+        empty((1,), (32,), ())
+        calls["cupy empty kernel"] = lambda: empty((1,), (32,), ())
+    except Exception as e:  # CuPy is optional: the floor is then not measured
+        print(f"cupy empty kernel: not measured ({type(e).__name__}: {e})")
+
+    results = {}
+    with torch.no_grad():
+        for name, fn in calls.items():
+            if fn is None:
+                print(f"{name:24s} not available")
+                continue
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            rounds, gpu = [], []
+            for _ in range(args.rounds):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                t = time.perf_counter()
+                start.record()
+                for _ in range(args.calls):
+                    fn()
+                end.record()
+                wall = time.perf_counter() - t  # host time to issue the calls
+                torch.cuda.synchronize()
+                rounds.append(wall / args.calls * 1e6)
+                gpu.append(start.elapsed_time(end) * 1e3 / args.calls)
+            results[name] = {"us_per_call": statistics.median(rounds), "rounds_us": rounds,
+                             "gpu_us_per_call": statistics.median(gpu)}
+            r = results[name]
+            note = "  (GPU-bound: the queue was full)" if r["gpu_us_per_call"] > 0.9 * r["us_per_call"] else ""
+            print(f"{name:24s} host {r['us_per_call']:6.2f} us/call   GPU {r['gpu_us_per_call']:6.2f} us/call{note}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"M": m, "N": n, "dtype": "bf16", "calls": args.calls, "rounds": args.rounds,
+                       "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
