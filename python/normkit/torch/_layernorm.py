@@ -23,7 +23,7 @@ from torch import Tensor
 
 from . import _impl
 from . import _ops
-from ._ops import _direct_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
+from ._ops import _direct_ok, _eager_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
 
 
 @torch.library.custom_op("normkit::layernorm_fwd", mutates_args=())
@@ -169,7 +169,7 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     flow to x, weight, bias and residual (and from residual_out when prenorm).
     """
     ext = _ops._ext
-    if ext is not None and _direct_ok(x, weight, bias, residual):
+    if ext is not None and _eager_ok(x, weight, bias, residual):
         # Checks, allocation, autograd node and launch in one C++ call; None when
         # a check fails (the path below raises the error) or rows need a copy.
         result = ext.layernorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm))
