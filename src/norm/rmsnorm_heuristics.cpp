@@ -255,6 +255,13 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // Short rows: several rows per CTA so that a CTA has >= 128-256 threads.
   const int cta_target = in.backward ? 128 : 256;
   p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
+  // Forward calls of few rows: one row per CTA of >= 128 threads. A decode call's
+  // rows are latency, not bandwidth: two rows a CTA put M=128 on 64 of 132 SMs.
+  // H200 by graph replay, N=4096, 885c98d -> 619d2e2 (docs/perf/h200.md,
+  // 2026-11-30): RMSNorm bf16 M=16 2.20 -> 1.93 us, M=128 2.35 -> 2.17, with a
+  // residual 2.86 -> 2.44 and 3.12 -> 2.86; LayerNorm bf16 M=16 2.70 -> 2.31,
+  // M=128 2.81 -> 2.57; fp32 alike. M=1 and N=8192 (one row a CTA already) as before.
+  if (!in.backward && in.few_rows && p.regs && p.cluster == 1 && p.tpr >= 128) p.rows = 1;
 
   // 16-bit register-resident backward rows of >= 256 threads prefetch their CTA's
   // next row (a second register set of h and dout; norm_bwd_kernel's PREFETCH).

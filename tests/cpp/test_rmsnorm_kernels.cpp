@@ -334,6 +334,23 @@ TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
   EXPECT_FALSE(fwd(16384, bf16, false, false, false).prefetch);
 }
 
+// Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
+// where a row already takes >= 128 threads; many rows keep several rows a CTA.
+TEST(RmsNormPlan, FewRowForwardCallsTakeOneRowPerCta) {
+  for (const DType x : {bf16, f32}) {
+    const RowPlan many = plan(4096, x, false, false, "sm_90a");
+    const RowPlan few = plan(4096, x, false, false, "sm_90a", 8, false, /*few_rows=*/true);
+    EXPECT_EQ(few.tpr, many.tpr) << few.str();
+    EXPECT_GE(few.tpr, 128) << few.str();
+    EXPECT_GT(many.rows, 1) << many.str();
+    EXPECT_EQ(few.rows, 1) << few.str();
+  }
+  // Rows of < 128 threads keep several a CTA; backward calls are unchanged.
+  EXPECT_GT(plan(1024, bf16, false, false, "sm_90a", 8, false, true).rows, 1);
+  EXPECT_EQ(plan(2048, bf16, true, false, "sm_90a", 8, true, true).rows,
+            plan(2048, bf16, true, false, "sm_90a", 8, true, false).rows);
+}
+
 TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
   EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
