@@ -67,6 +67,7 @@ constexpr std::int64_t kAsyncStages = 3;  // RowPlan::async_rows' ring (norm_bwd
 // registers), 2434 with two (96).
 constexpr std::int64_t kAsyncMinRegs = 80;
 constexpr std::int64_t kAsyncMinRegsCentered = 96;
+constexpr std::int64_t kAsyncMinRegsTwoSums = 128;  // two sums of 16 columns (LayerNorm N=4096 with db, below)
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 
@@ -203,7 +204,17 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
     // dw (and db) running sums for its columns across all rows it visits.
-    tpr = threads_for(in.dbias ? 8 : 16);
+    // LayerNorm's 16-bit rows of the cp.async ring (async_rows below: 16-byte
+    // vectors) with db, where 8 columns a thread took a whole 512-thread CTA
+    // (N=4096), take 16 columns a thread on sm_90: two 256-thread CTAs per SM
+    // reducing in turn instead of one waiting on each row's barriers. H200, bf16,
+    // M*N = 2^27, ratio to copy (6683edb -> 619d2e2, docs/perf/h200.md 2026-11-30):
+    // LayerNorm N=4096 with dw and db 0.559 -> 0.694, with a residual 0.601 -> 0.677.
+    // Not at N=8192 (512 threads of 16 columns instead of shared-memory sums):
+    // 0.698 -> 0.642 and 0.689 -> 0.661. Not measured: sm_80, RMSNorm with db.
+    const bool ring_rows_db = in.dbias && in.center && in.async_rows_allowed && in.arch >= 90 && in.x_bytes == 2 &&
+                              in.dout_bytes == in.x_bytes && p.vec * in.x_bytes == 16;
+    tpr = threads_for(in.dbias && !(ring_rows_db && threads_for(8) == 512) ? 8 : 16);
     tpr_max = 512;
     if (tpr > tpr_max && plan_few_rows(in, tpr, tpr_max, p)) {
       tpr = tpr_max;  // the cluster holds the row, dw/db sums included
@@ -333,6 +344,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (p.async_rows) {
     const bool centered_many = in.center && (owned > p.vec || p.rows > 1);
     regs_needed = std::max<std::int64_t>(regs_needed, centered_many ? kAsyncMinRegsCentered : kAsyncMinRegs);
+    if (in.dbias && owned >= 16) regs_needed = std::max<std::int64_t>(regs_needed, kAsyncMinRegsTwoSums);
   }
   const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(p.threads()) * regs_needed);
   const std::int64_t by_threads = 2048 / p.threads();

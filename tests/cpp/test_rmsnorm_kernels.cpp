@@ -334,6 +334,25 @@ TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
   EXPECT_FALSE(fwd(16384, bf16, false, false, false).prefetch);
 }
 
+// LayerNorm backward with db on 16-bit rows of N=4096 (the cp.async ring's rows):
+// on sm_90 16 columns a thread, two 256-thread CTAs per SM with registers for both
+// sums; sm_80, N=2048 and N=8192 keep their plans.
+TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
+  RmsBwdSpec ln = plain_bwd_spec(4096);
+  ln.center = true;
+  ln.dbias = bf16;
+  const RowPlan p = plan_bwd(ln, 8, 90);
+  EXPECT_TRUE(p.async_rows) << p.str();
+  EXPECT_EQ(p.tpr, 256) << p.str();
+  EXPECT_EQ(p.min_blocks, 2) << p.str();
+  EXPECT_EQ(plan_bwd(ln, 8, 80).tpr, 512) << plan_bwd(ln, 8, 80).str();
+  ln.n = 2048;
+  EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 256) << plan_bwd(ln, 8, 90).str();  // 8 columns, as before
+  EXPECT_EQ(plan_bwd(ln, 8, 90).min_blocks, 3) << plan_bwd(ln, 8, 90).str();
+  ln.n = 8192;
+  EXPECT_TRUE(plan_bwd(ln, 8, 90).smem_sums) << plan_bwd(ln, 8, 90).str();
+}
+
 // Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
 // where a row already takes >= 128 threads; many rows keep several rows a CTA.
 TEST(RmsNormPlan, FewRowForwardCallsTakeOneRowPerCta) {
