@@ -208,9 +208,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // vectors) with db, where 8 columns a thread took a whole 512-thread CTA
     // (N=4096), take 16 columns a thread on sm_90: two 256-thread CTAs per SM
     // reducing in turn instead of one waiting on each row's barriers. H200, bf16,
-    // M*N = 2^27, ratio to copy (6683edb -> 619d2e2, docs/perf/h200.md 2026-11-30):
-    // LayerNorm N=4096 with dw and db 0.559 -> 0.694, with a residual 0.601 -> 0.677.
-    // Not at N=8192 (512 threads of 16 columns instead of shared-memory sums):
+    // M*N = 2^27, ratio to copy (6683edb -> 7a81653, docs/perf/h200-2026-11-30.md):
+    // LayerNorm N=4096 with dw and db 0.559 -> 0.679, with a residual 0.601 -> 0.688.
+    // Not at N=8192 (512 threads of 16 columns instead of shared-memory sums, 619d2e2):
     // 0.698 -> 0.642 and 0.689 -> 0.661. Not measured: sm_80, RMSNorm with db.
     const bool ring_rows_db = in.dbias && in.center && in.async_rows_allowed && in.arch >= 90 && in.x_bytes == 2 &&
                               in.dout_bytes == in.x_bytes && p.vec * in.x_bytes == 16;
@@ -268,8 +268,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
   // Forward calls of few rows: one row per CTA of >= 128 threads. A decode call's
   // rows are latency, not bandwidth: two rows a CTA put M=128 on 64 of 132 SMs.
-  // H200 by graph replay, N=4096, 885c98d -> 619d2e2 (docs/perf/h200.md,
-  // 2026-11-30): RMSNorm bf16 M=16 2.20 -> 1.93 us, M=128 2.35 -> 2.17, with a
+  // H200 by graph replay, N=4096, 885c98d -> 619d2e2 (docs/perf/h200-2026-11-30.md):
+  // RMSNorm bf16 M=16 2.20 -> 1.93 us, M=128 2.35 -> 2.17, with a
   // residual 2.86 -> 2.44 and 3.12 -> 2.86; LayerNorm bf16 M=16 2.70 -> 2.31,
   // M=128 2.81 -> 2.57; fp32 alike. M=1 and N=8192 (one row a CTA already) as before.
   if (!in.backward && in.few_rows && p.regs && p.cluster == 1 && p.tpr >= 128) p.rows = 1;
