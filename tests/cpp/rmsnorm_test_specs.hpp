@@ -1,0 +1,60 @@
+// Specs and plans shared by the RMSNorm/LayerNorm kernel tests (compile sweeps in
+// test_rmsnorm_kernels.cpp, plan rules in test_rmsnorm_plans.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "normkit/runtime/runtime.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_kernels.hpp"
+
+namespace rmsnorm_test {
+
+using namespace normkit::norm;
+using namespace normkit::norm::detail;
+using normkit::rt::Target;
+
+constexpr DType bf16 = DType::kBFloat16;
+constexpr DType f16 = DType::kFloat16;
+constexpr DType f32 = DType::kFloat32;
+
+inline int arch_of(const std::string& target) { return Target::parse(target).arch; }
+
+// A forward spec of x, weight and out all in `x`, no residual or bias.
+inline RmsFwdSpec plain_fwd_spec(std::int64_t n, DType x) {
+  RmsFwdSpec f;
+  f.n = n;
+  f.x = x;
+  f.weight = x;
+  f.out = x;
+  return f;
+}
+
+// A backward spec of x, weight, dout and dx all in `x` (the plain training case).
+inline RmsBwdSpec plain_bwd_spec(std::int64_t n, DType x = DType::kBFloat16) {
+  RmsBwdSpec b;
+  b.n = n;
+  b.x = x;
+  b.weight = x;
+  b.dout = x;
+  b.dx = x;
+  return b;
+}
+
+inline RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,
+             bool param_grads = false, bool few_rows = false) {
+  RowPlanInputs in;
+  in.few_rows = few_rows;
+  in.n = n;
+  in.max_vec = max_vec;
+  in.x_bytes = static_cast<int>(dtype_size(x));
+  in.dout_bytes = in.x_bytes;
+  in.param_grads = param_grads;
+  in.backward = backward;
+  in.dbias = dbias;
+  in.arch = arch_of(target);
+  return plan_rows(in);
+}
+
+}  // namespace rmsnorm_test

@@ -1,0 +1,262 @@
+// The launch plans' rules (src/norm/rmsnorm_heuristics.cpp), checked on the plans
+// alone: which rows take which kernel class, threads, clusters and CTAs per SM, per
+// target. No compiler, no GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+
+// The two-deep row pipeline of the backward row kernel is used where it measured
+// faster (16-bit rows of one CTA of >= 256 threads with dw/db sums) and nowhere else.
+TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
+  for (std::int64_t n : {4096, 8192}) {
+    for (DType x : {bf16, f16}) {
+      for (bool dbias : {false, true}) {
+        const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
+        // With db, N=8192 needs 1024 threads for register sums: they move to
+        // shared memory (smem_sums), which the pipeline is not planned with.
+        EXPECT_TRUE(p.row_sums) << n << " " << p.str();
+        EXPECT_EQ(p.smem_sums, dbias && n == 8192) << n << " " << p.str();
+        // The pipeline: 16-byte vectors take the cp.async ring (async_rows), its
+        // three stages of h and dout in shared memory; narrower ones the second
+        // register set (prefetch).
+        EXPECT_EQ(p.async_rows, !p.smem_sums) << n << " " << p.str();
+        EXPECT_FALSE(p.prefetch) << n << " " << p.str();
+        if (p.async_rows) {
+          EXPECT_EQ(p.smem_bytes, 3 * n * 4) << n << " " << p.str();
+        }
+        EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
+        const RowPlan narrow = plan(n, x, true, dbias, "sm_90a", 4, true);
+        EXPECT_EQ(narrow.prefetch, !narrow.smem_sums) << n << " " << narrow.str();
+        EXPECT_FALSE(narrow.async_rows) << n << " " << narrow.str();
+      }
+    }
+    RmsBwdSpec off = plain_bwd_spec(n);  // NORMKIT_ASYNC_ROWS=0: the register pipeline
+    off.async_rows_allowed = false;
+    EXPECT_TRUE(plan_bwd(off, 8, 90).prefetch) << n;
+    EXPECT_FALSE(plan_bwd(off, 8, 90).async_rows) << n;
+    EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).async_rows) << n;
+    EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).prefetch) << n;
+    EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
+    EXPECT_FALSE(plan(n, bf16, true, false, "sm_90a", 1, true).prefetch) << n;  // scalar rows
+  }
+  // Shorter rows (CTAs under 256 threads, several rows per CTA) take the ring for
+  // LayerNorm and for RMSNorm with dresidual_out, not the register pipeline (it
+  // spilled), with registers left for it; RMSNorm with h and dout alone keeps
+  // the plain rows (it measured slower with the ring); longer rows (no register
+  // sums) take neither.
+  for (std::int64_t n : {256, 1024, 2048}) {
+    RmsBwdSpec rms = plain_bwd_spec(n);
+    EXPECT_FALSE(plan_bwd(rms, 8, 90).async_rows || plan_bwd(rms, 8, 90).prefetch) << n;
+    rms.dresidual_out = bf16;
+    RmsBwdSpec ln = plain_bwd_spec(n);
+    ln.center = true;
+    for (const RmsBwdSpec& s : {rms, ln}) {
+      const RowPlan p = plan_bwd(s, 8, 90);
+      EXPECT_TRUE(p.async_rows && !p.prefetch) << n << " " << p.str();
+      EXPECT_EQ(p.smem_bytes, 3 * p.rows * n * 4) << n << " " << p.str();
+      EXPECT_GE(65536 / (p.threads() * p.min_blocks), s.center ? 96 : 80) << n << " " << p.str();
+    }
+  }
+  for (std::int64_t n : {16384, 32768, 131072}) {
+    const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
+    EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
+  }
+}
+
+// 16-bit rows that fit one CTA's registers but not with their dw/db sums keep
+// the sums in shared memory (one fp32 per column and sum), within the budget;
+// fp32 rows, rows beyond one CTA, calls without dw/db and few-rows calls do not.
+TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    for (DType x : {bf16, f16}) {
+      const RowPlan dw = plan(16384, x, true, false, target, 8, true);
+      EXPECT_TRUE(dw.smem_sums && dw.row_sums && dw.regs && !dw.stash && !dw.split && !dw.prefetch) << dw.str();
+      EXPECT_EQ(dw.cluster, 1) << dw.str();
+      EXPECT_EQ(dw.rows, 1) << dw.str();
+      EXPECT_EQ(dw.smem_bytes, 16384 * 4) << dw.str();
+      EXPECT_LE(dw.min_blocks, 3) << dw.str();  // what 64 KB per CTA leaves room for
+      const RowPlan dwdb = plan(16384, x, true, true, target, 8, true);
+      EXPECT_TRUE(dwdb.smem_sums) << dwdb.str();
+      EXPECT_EQ(dwdb.smem_bytes, 2 * 16384 * 4) << dwdb.str();
+      EXPECT_EQ(dwdb.min_blocks, 1) << dwdb.str();
+    }
+  }
+  EXPECT_FALSE(plan(16384, f32, true, false, "sm_90a", 8, true).smem_sums);
+  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a", 8, true).smem_sums);  // two CTAs: the stash
+  EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, false).smem_sums);  // no dw/db
+  EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, true, /*few_rows=*/true).smem_sums);
+  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a", 8, true).smem_sums);  // register sums fit
+  EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
+  // Turned off (NORMKIT_SMEM_SUMS=0): the column pass, as before the sums existed.
+  RmsBwdSpec off = plain_bwd_spec(16384);
+  off.smem_sums_allowed = false;
+  EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
+  EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
+  off.n = 32768;
+  EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
+  EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
+}
+
+// LayerNorm's synced kernel carries two chunk sums: two CTAs per SM (three
+// spilled), and the device check that keeps its wait safe uses that count.
+TEST(RmsNormPlan, CenteredSyncedPlanTakesTwoCtasPerSm) {
+  RowPlanInputs in;
+  in.n = 131072;
+  in.max_vec = 8;
+  in.x_bytes = 2;
+  in.dout_bytes = 2;
+  in.backward = true;
+  in.arch = 90;
+  const RowPlan rms = plan_rows(in);
+  in.center = true;
+  const RowPlan ln = plan_rows(in);
+  ASSERT_TRUE(rms.synced && ln.synced) << rms.str() << " / " << ln.str();
+  EXPECT_EQ(rms.min_blocks, 2);  // the timeout made three spill (kSyncedBlocks)
+  EXPECT_EQ(ln.min_blocks, 2);
+  const std::int64_t chunks = split_chunks(in.n, ln);
+  EXPECT_TRUE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2)).synced);
+  EXPECT_FALSE(fit_to_device(ln, in.n, static_cast<int>((chunks + 1) / 2) - 1).synced);
+}
+
+// The forward pipeline (persistent rows, next row prefetched) only for 16-bit rows
+// of 1024-thread CTAs (one per SM) whose epilogue leaves room for a second raw row: no residual,
+// no LayerNorm centring, no bias (those spilled under 64 registers).
+TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
+  auto fwd = [](std::int64_t n, DType x, bool residual, bool center, bool bias, int max_vec = 8) {
+    RowPlanInputs in;
+    in.n = n;
+    in.max_vec = max_vec;
+    in.x_bytes = static_cast<int>(dtype_size(x));
+    in.arch = 90;
+    in.residual = residual;
+    in.center = center;
+    in.bias = bias;
+    return plan_rows(in);
+  };
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    EXPECT_TRUE(fwd(n, bf16, false, false, false).prefetch) << n;
+    EXPECT_TRUE(fwd(n, f16, false, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, true, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, true, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, false, true).prefetch) << n;
+    EXPECT_FALSE(fwd(n, f32, false, false, false).prefetch) << n;
+    EXPECT_FALSE(fwd(n, bf16, false, false, false, 4).prefetch) << n;  // 8-byte vectors
+  }
+  // Several CTAs per SM already overlap one another's loads (N=16384: 512 threads,
+  // measured slower with the pipeline).
+  EXPECT_FALSE(fwd(4096, bf16, false, false, false).prefetch);
+  EXPECT_FALSE(fwd(16384, bf16, false, false, false).prefetch);
+}
+
+// LayerNorm backward with db on 16-bit rows of N=4096 (the cp.async ring's rows):
+// on sm_90 16 columns a thread, two 256-thread CTAs per SM with registers for both
+// sums; sm_80, N=2048 and N=8192 keep their plans.
+TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
+  RmsBwdSpec ln = plain_bwd_spec(4096);
+  ln.center = true;
+  ln.dbias = bf16;
+  const RowPlan p = plan_bwd(ln, 8, 90);
+  EXPECT_TRUE(p.async_rows) << p.str();
+  EXPECT_EQ(p.tpr, 256) << p.str();
+  EXPECT_EQ(p.min_blocks, 2) << p.str();
+  EXPECT_EQ(plan_bwd(ln, 8, 80).tpr, 512) << plan_bwd(ln, 8, 80).str();
+  ln.n = 2048;
+  EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 256) << plan_bwd(ln, 8, 90).str();  // 8 columns, as before
+  EXPECT_EQ(plan_bwd(ln, 8, 90).min_blocks, 3) << plan_bwd(ln, 8, 90).str();
+  ln.n = 8192;
+  EXPECT_TRUE(plan_bwd(ln, 8, 90).smem_sums) << plan_bwd(ln, 8, 90).str();
+}
+
+// Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
+// where a row already takes >= 128 threads; many rows keep several rows a CTA.
+TEST(RmsNormPlan, FewRowForwardCallsTakeOneRowPerCta) {
+  for (const DType x : {bf16, f32}) {
+    const RowPlan many = plan(4096, x, false, false, "sm_90a");
+    const RowPlan few = plan(4096, x, false, false, "sm_90a", 8, false, /*few_rows=*/true);
+    EXPECT_EQ(few.tpr, many.tpr) << few.str();
+    EXPECT_GE(few.tpr, 128) << few.str();
+    EXPECT_GT(many.rows, 1) << many.str();
+    EXPECT_EQ(few.rows, 1) << few.str();
+  }
+  // Rows of < 128 threads keep several a CTA; backward calls are unchanged.
+  EXPECT_GT(plan(1024, bf16, false, false, "sm_90a", 8, false, true).rows, 1);
+  EXPECT_EQ(plan(2048, bf16, true, false, "sm_90a", 8, true, true).rows,
+            plan(2048, bf16, true, false, "sm_90a", 8, true, false).rows);
+}
+
+TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
+  EXPECT_GT(plan(262144, bf16, false, false, "sm_90a").cluster, 1);
+  EXPECT_TRUE(plan(262144, bf16, false, false, "sm_90a").regs);
+  EXPECT_EQ(plan(262144, bf16, false, false, "sm_80").cluster, 1);
+  // Backward: short rows keep dw/db sums in the row kernel's registers; rows too
+  // long for one CTA's registers keep their slice of h and dout in shared memory
+  // across a cluster (the stash: up to 2 CTAs with dw/db, 4 without, dw/db from
+  // the column pass) on sm_90; longer rows, and rows beyond one CTA's registers
+  // without clusters, are split into column chunks (no cluster, dw/db in the
+  // dx kernel).
+  EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
+  EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").regs);
+  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a").stash);
+  for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, bf16, true}, {32768L, f32, false}}) {
+    const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
+    EXPECT_TRUE(p.stash) << n << " " << p.str();
+    EXPECT_FALSE(p.regs || p.split || p.row_sums) << n << " " << p.str();
+    EXPECT_LE(p.smem_bytes, 72 * 1024) << n << " " << p.str();
+    EXPECT_GE(p.min_blocks, 3) << n << " " << p.str();
+    EXPECT_LE(p.cluster, grads ? 2 : 4) << n << " " << p.str();
+  }
+  for (const auto& [n, x, grads, target] :
+       {std::tuple{131072L, bf16, false, "sm_90a"}, {262144L, bf16, true, "sm_90a"}, {32768L, f32, true, "sm_90a"},
+        {262144L, f32, false, "sm_90a"}, {262144L, bf16, true, "sm_80"}, {32768L, bf16, false, "sm_80"}}) {
+    const RowPlan p = plan(n, x, true, false, target, 8, grads);
+    EXPECT_TRUE(p.split) << n << " " << target << " " << p.str();
+    EXPECT_TRUE(p.row_sums) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
+    EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
+    // Without dw/db: one kernel that waits for the row's chunk sums, if the device
+    // holds a row's chunks at once; else the two split kernels.
+    EXPECT_EQ(p.synced, !grads) << n << " " << p.str();
+    if (p.synced) {
+      EXPECT_TRUE(fit_to_device(p, n, 132).synced) << n << " " << p.str();
+      const int too_few = static_cast<int>((split_chunks(n, p) - 1) / p.min_blocks);
+      const RowPlan small = fit_to_device(p, n, too_few);
+      EXPECT_FALSE(small.synced) << n << " " << small.str();
+      EXPECT_LE(small.min_blocks, p.min_blocks);
+      EXPECT_TRUE(fit_to_device(p, n, too_few + 1).synced) << n;
+    }
+  }
+  EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);  // with db
+  // Few rows with dw/db (host-bound calls) on sm_90: register-resident rows in a
+  // cluster with the sums in registers (two launches), up to 8 CTAs; without
+  // dw/db, without clusters or beyond 8 CTAs, the plans above.
+  auto few = [](std::int64_t n, DType x, bool dbias, bool grads, const std::string& target) {
+    return plan(n, x, true, dbias, target, 8, grads, /*few_rows=*/true);
+  };
+  for (const auto& [n, x, dbias, cluster] : {std::tuple{32768L, bf16, false, 4}, {32768L, bf16, true, 8},
+                                             {32768L, f32, false, 4}, {65536L, f16, false, 8}, {16384L, bf16, false, 2}}) {
+    const RowPlan p = few(n, x, dbias, true, "sm_90a");
+    EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, cluster) << n << " " << p.str();
+    EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
+  }
+  EXPECT_TRUE(few(32768, bf16, false, false, "sm_90a").stash);  // no dw/db: the stash is one launch already
+  EXPECT_TRUE(few(32768, bf16, false, true, "sm_80").split);
+  EXPECT_TRUE(few(131072, bf16, false, true, "sm_90a").split);
+  EXPECT_EQ(few(4096, bf16, false, true, "sm_90a").str(), plan(4096, bf16, true, false, "sm_90a", 8, true).str());
+  EXPECT_EQ(split_chunks(131072, plan(131072, bf16, true, false, "sm_90a")), 16);
+  // The stash's size is what the kernel lays out (RowStash in rmsnorm_bwd.cuh).
+  EXPECT_EQ(stash_bytes(131072, 8, 8, 2, 2), 16384 * 4);
+  EXPECT_EQ(stash_bytes(100, 4, 1, 4, 2), 100 * 6);
+  EXPECT_FALSE(plan(262144, bf16, false, false, "sm_80").regs);
+  EXPECT_GT(plan(256, bf16, false, false, "sm_90a").rows, 1);
+  EXPECT_EQ(plan(1023, f16, false, false, "sm_90a").vec, 1);
+  EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a").vec, 8);
+  EXPECT_EQ(plan(4096, f32, false, false, "sm_90a").vec, 4);
+  EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a", 2).vec, 2);
+}
