@@ -560,3 +560,30 @@ def test_lazy_names_on_the_package():
     assert normkit.rmsnorm_fwd is rmsnorm_fwd and normkit.rmsnorm_bwd is rmsnorm_bwd
     with pytest.raises(AttributeError):
         normkit.not_a_name  # noqa: B018
+
+
+# Long rows: the fallback's row sums run in blocks (norm_cpu.cpp's lane_sum), so
+# their rounding error does not grow with N. One block of eight lanes over a row
+# of N=262144 put rstd 6.3e-6 (relative) off float64 and outputs near zero (a bias
+# cancelling the normalized term) 1.9e-5 off, beyond the GPU tests' 1e-5.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_long_row_statistics_stay_accurate(op):
+    from normkit.torch import layernorm_fwd
+
+    n, m = 262144, 8
+    x, w, b = rnd(m, n, dtype=torch.bfloat16), rnd(n, dtype=torch.bfloat16), rnd(n, dtype=torch.bfloat16)
+    h = x.double()
+    if op == "rmsnorm":
+        out, _, rstd = rmsnorm_fwd(x, w, bias=b, eps=1e-6, store_rstd=True)
+        want_rstd = torch.rsqrt(h.square().mean(-1) + 1e-6)
+        y = h * want_rstd[:, None] * w.double() + b.double()
+    else:
+        out, _, mean, rstd = layernorm_fwd(x, w, b, eps=1e-6, store_rstd=True, store_mean=True)
+        var, mu = torch.var_mean(h, dim=-1, correction=0)
+        want_rstd = torch.rsqrt(var + 1e-6)
+        assert (mean.double() - mu).abs().max().item() < 1e-6
+        y = (h - mu[:, None]) * want_rstd[:, None] * w.double() + b.double()
+    assert ((rstd.double() - want_rstd) / want_rstd).abs().max().item() < 1e-6
+    # out is bf16: its rounding (2^-9 relative) plus 1e-5 absolute, as the GPU tests allow.
+    err = (out.double() - y).abs() - (y.abs() * 2.0**-8 + 1e-5)
+    assert err.max().item() <= 0, f"{int((err > 0).sum())} outputs outside the tolerance"
