@@ -298,12 +298,8 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
           expect_fwd_clean(f, target);
         }
         for (const bool few_rows : {false, true}) {  // the grid's M=1/199 calls and its M=8192 ones
-          RmsBwdSpec b;
-          b.n = n;
-          b.x = x;
+          RmsBwdSpec b = plain_bwd_spec(n, x);
           b.weight = w;
-          b.dout = x;
-          b.dx = x;
           b.few_rows = few_rows;
           b.plan = plan_bwd(b, 8, arch_of(target));  // as the dispatcher plans it
           if (few_rows && b.plan.str() == [&] {
