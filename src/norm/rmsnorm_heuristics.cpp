@@ -191,6 +191,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.cluster = 1;
   p.regs = true;
   p.row_sums = in.backward;
+  const bool fp32_with_residual = !in.backward && in.x_bytes == 4 && in.residual && in.arch >= 90;
   std::int64_t tpr;
   int tpr_max;
   if (!in.backward) {
@@ -198,7 +199,13 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
     // instead of one) measured slower on H200 (docs/perf/h200.md, 2026-11-29):
     // bf16 N=32768 0.71x copy against 0.79x, N=262144 0.53x against 0.58x.
-    tpr = threads_for(32);
+    // fp32 rows with a residual (h in fp32 beside the residual's loads) spilled
+    // 16-72 bytes at 32 elements a thread under the 64 registers of 1024-thread CTAs
+    // (ptxas sm_90a and sm_100a, RMSNorm and LayerNorm, N >= 32768): 16 there, the
+    // row over a cluster twice as large (below). Shorter rows (512 threads or fewer
+    // at 32 elements: fp32 N=16384 with a residual 0.94x copy) and sm_80, without
+    // clusters, compiled them clean and keep 32. Not yet measured on a GPU.
+    tpr = threads_for(fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
     tpr_max = 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
@@ -249,7 +256,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       if (!plan_stash(in, p)) plan_split(in, p);
     } else {
       const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
-      if (in.arch >= 90 && cluster <= 8) {
+      // fp32 rows with a residual (16 elements a thread, above) take up to 16 CTAs
+      // (non-portable, as the stash's): at N=262144 the two passes would refuse the
+      // in-place fused add, which needs the row in registers.
+      if (in.arch >= 90 && cluster <= (fp32_with_residual ? 16 : 8)) {
         p.cluster = static_cast<int>(cluster);
       } else {
         // Two passes over the row. A cluster (where there is one) splits the row
@@ -319,8 +329,11 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.73 -> 0.89 / 0.81, 131072 0.69 -> 0.74 / 0.74, 262144 0.65 -> 0.69 / 0.70.
   // 512-thread rows (N=16384, two CTAs per SM, which already overlap one another's
   // loads) lost with it: 0.96 -> 0.72 / 0.73.
+  // Not fp16 rows with fp32 weights in one CTA (N=32768): ptxas sm_90a spilled 12
+  // bytes (bf16 rows with fp32 weights did not).
+  const bool fp16_wide_weight = in.x_fp16 && in.weight_bytes > in.x_bytes && p.cluster == 1;
   if (!in.backward && p.regs && p.tpr >= 1024 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
-      !in.center && !in.bias && in.arch >= 80)
+      !in.center && !in.bias && in.arch >= 80 && !fp16_wide_weight)
     p.prefetch = true;
 
   // Forward calls of few rows load weight and bias with the row (one memory

@@ -71,6 +71,10 @@ struct RowPlanInputs {
   bool smem_sums_allowed = true;
   // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).
   bool async_rows_allowed = true;
+  // Forward: x is fp16 (not bf16), and the weight's element size (0: none); ptxas
+  // spilled the pipeline for one pairing of them.
+  bool x_fp16 = false;
+  int weight_bytes = 0;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

@@ -76,6 +76,8 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.center = s.center;
   in.bias = s.bias.has_value();
   in.few_rows = s.few_rows;
+  in.x_fp16 = s.x == DType::kFloat16;
+  in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
   return plan_rows(in);
 }
 

@@ -282,6 +282,40 @@ TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
   EXPECT_EQ(kernels, 108);
 }
 
+// fp32 rows with a residual, forward, from N=32768 (1024-thread CTAs): 16 elements
+// a thread over clusters of up to 16 CTAs on sm_90+ (32 spilled 16-72 bytes), and
+// fp16 rows with fp32 weights outside the pipeline at N=32768 (it spilled 12):
+// both norms, bias and rstd or not, without spills on every target.
+TEST_F(RmsNormKernelSweep, LongRowForwardSpillCasesCompileClean) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a", "sm_80"})
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    for (const bool center : {false, true}) {
+      for (const bool with_bias : {false, true}) {
+        RmsFwdSpec f = plain_fwd_spec(n, f32);
+        f.residual = f.residual_out = f32;
+        if (with_bias) f.bias = f32;
+        f.center = center;
+        f.store_rstd = with_bias;  // the training forward stores the statistics
+        f.plan = plan_fwd(f, 8, arch_of(target));
+        if (target != "sm_80") EXPECT_EQ(f.plan.cluster, n / 16384) << n << " " << f.plan.str();
+        if (f.plan.regs || target == "sm_80") {
+          expect_fwd_clean(f, target);
+          ++kernels;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 48);
+  for (const std::string target : {"sm_90a", "sm_100a"}) {
+    RmsFwdSpec f = plain_fwd_spec(32768, f16);
+    f.weight = f32;
+    f.plan = plan_fwd(f, 8, arch_of(target));
+    EXPECT_FALSE(f.plan.prefetch) << f.plan.str();
+    expect_fwd_clean(f, target);
+  }
+}
+
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
   const std::string target = "sm_90a";
   int kernels = 0;

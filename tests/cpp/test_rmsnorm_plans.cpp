@@ -260,3 +260,28 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_EQ(plan(4096, f32, false, false, "sm_90a").vec, 4);
   EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a", 2).vec, 2);
 }
+
+// fp32 rows with a residual take 16 elements a thread on sm_90+ (32 spilled), over
+// clusters up to 16 CTAs so that N=262144 keeps its row in registers (the in-place
+// fused add needs it); sm_80 keeps 32 (no spills there). fp16 rows with fp32
+// weights leave the pipeline in one CTA (it spilled); bf16 ones keep it.
+TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
+  auto fwd = [](std::int64_t n, DType x, bool residual, int arch, std::optional<DType> w = {}) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    if (residual) f.residual = f.residual_out = x;
+    if (w) f.weight = *w;
+    return plan_fwd(f, 8, arch);
+  };
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    const RowPlan p = fwd(n, f32, true, 90);
+    EXPECT_TRUE(p.regs) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, n / 16384) << p.str();
+    EXPECT_EQ(fwd(n, f32, false, 90).cluster, n / 32768) << "without a residual: as before";
+  }
+  EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 512);  // shorter rows keep 32 elements a thread
+  EXPECT_EQ(fwd(32768, f32, true, 80).cluster, 1);
+  EXPECT_EQ(fwd(32768, f32, true, 80).tpr, 1024);
+  EXPECT_FALSE(fwd(32768, f16, false, 90, f32).prefetch);
+  EXPECT_TRUE(fwd(32768, bf16, false, 90, f32).prefetch);
+  EXPECT_TRUE(fwd(65536, f16, false, 90, f32).prefetch);  // clusters compiled clean with it
+}

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the LayerNorm GPU tests drive CUDA memory through PyTorch")
 
 from normkit.torch import (  # noqa: E402
-    LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd)
+    LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd, rmsnorm_fwd)
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, COMPILE_DTYPES, COMPILE_SHAPES, DW_ATOL, EPS, FP16, FP32, NAMES, _d, _grid_params,
     _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_exact, fresh_dynamo,
@@ -188,6 +188,28 @@ def test_backward_is_bitwise_deterministic(xdt, wdt, m, n):
     check("dx", runs[0][0], dx_ref)
     check("dw", runs[0][1], dw_ref, atol_extra=DW_ATOL * m ** 0.5)
     check("db", runs[0][2], db_ref, atol_extra=DW_ATOL * m ** 0.5)
+
+
+# fp32 rows with a residual from N=32768: on sm_90 16 elements a thread over
+# clusters of 2-16 CTAs (32 spilled under 1024 threads' registers), both norms, with
+# bias and the statistics stored, against float64 (the in-place fused add of such
+# rows: test_fused_add_in_place at N=262144).
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("m,n", [(64, 32768), (24, 131072), (8, 262144)])
+def test_fp32_rows_with_residual_over_clusters(kind, m, n):
+    x, r = rand((m, n), FP32), rand((m, n), FP32)
+    w, b = rand((n,), FP32), rand((n,), FP32)
+    poison_next_allocations(((m, n), FP32), ((m, n), FP32), ((m,), FP32), ((m,), FP32))
+    if kind == "rms":
+        y, res_ref, _, rstd_ref = ref_forward(x, w, b, r)
+        out, res_out, rstd = rmsnorm_fwd(x, w, bias=b, residual=r, eps=EPS, store_rstd=True)
+    else:
+        y, res_ref, _, mean_ref, rstd_ref = ln_ref_forward(x, w, b, r)
+        out, res_out, mean, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
+        check("mean", mean, mean_ref, atol_extra=1e-6)
+    check("out", out, y)
+    check_exact("residual_out", res_out, res_ref)
+    check("rstd", rstd, rstd_ref)
 
 
 def test_module_is_a_drop_in(fresh_dynamo):
