@@ -354,6 +354,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // Overhead and per-element cost from ptxas reports: scalar (vec 1) access needs
   // more address registers per element, hence the 5/4.
   std::int64_t regs_needed = ((48 + per_elem * owned * 5 / 4) + 7) / 8 * 8;
+  // Scalar rows with their dw/db sums in shared memory: the sums' addresses are
+  // registers too (odd N=4097 with db spilled 16-32 bytes under 80, three CTAs per
+  // SM; ptxas sm_80/sm_90a/sm_100a).
+  if (p.smem_sums && p.vec == 1) regs_needed += 16;
   if (p.async_rows) {
     const bool centered_many = in.center && (owned > p.vec || p.rows > 1);
     regs_needed = std::max<std::int64_t>(regs_needed, centered_many ? kAsyncMinRegsCentered : kAsyncMinRegs);

@@ -222,6 +222,22 @@ TEST_F(RmsNormKernelSweep, SharedMemorySumsBackwardCompilesWithoutSpills) {
     }
   }
   EXPECT_EQ(kernels, 2 * 3 * 2);  // per target: 16384 x {rms, ln} and 8192 x ln, each x residual
+  // Scalar rows (odd N) with db, whose sums take shared memory: their addresses
+  // cost registers the estimate first left out (80 at three CTAs per SM spilled
+  // 16-32 bytes, N=4097, every target).
+  for (const std::string target : {"sm_90a", "sm_80", "sm_100a"}) {
+    for (const DType w : {bf16, f32}) {
+      for (const bool center : {false, true}) {
+        RmsBwdSpec b = plain_bwd_spec(4097);
+        b.weight = w;
+        b.dbias = w;
+        b.center = center;
+        b.plan = fit_to_device(plan_bwd(b, 1, arch_of(target)), 4097, 132);
+        EXPECT_TRUE(b.plan.smem_sums) << b.plan.str();
+        expect_bwd_clean(b, target);
+      }
+    }
+  }
 }
 
 // The cp.async ring (RowPlan::async_rows) for rows of CTAs under 256 threads and
