@@ -208,6 +208,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         load_params(k, w_early[k], b_early[k]);
       });
     }
+    // The output rows, found once, after the loads above and before the reduction.
+    // residual_out's, found at each store, was found again after every store
+    // before it (the stores may alias the parameters' memory, so the row offset's
+    // division was redone: four divisions in a row in the SASS of a decode call,
+    // M=1 N=4096 bf16 with a residual); out's, found after the reduction, put a
+    // division between the row's barrier and its first store. Not out's in the
+    // pipeline (PREFETCH): held through the reduction beside the next row, it
+    // spilled 12 bytes (fp16 rows storing rstd, ptxas sm_90a).
+    using ROut = typename or_type<RO, X>::type;
+    [[maybe_unused]] ROut* const res_out = is_none<RO> ? nullptr : row_ptr_mut<ROut>(p.residual_out, p.shape, r);
+    [[maybe_unused]] O* const out_early = PREFETCH ? nullptr : row_ptr_mut<O>(p.out, p.shape, r);
 
     // SHIFT: h of the row's first column, loaded by every thread of the row (one
     // broadcast transaction per warp, in flight with the row's loads).
@@ -227,7 +238,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         // output, after the reduction, which no thread leaves before its shift has
         // been loaded (the sums depend on it).
         if constexpr (!is_none<RO>) {
-          if (first && t.column(k) != 0) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
+          if (first && t.column(k) != 0) store_vec<VEC>(res_out + t.column(k), v);
         }
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
@@ -264,7 +275,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         if (!active || !t.owns(k)) return;
         float v[VEC];
         get_h(k, v, true);
-        if constexpr (!is_none<RO>) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r) + t.column(k), v);
+        if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
       });
@@ -296,14 +307,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     }
     if (!active) return;
 
-    O* out = row_ptr_mut<O>(p.out, p.shape, r);
+    O* const out = PREFETCH ? row_ptr_mut<O>(p.out, p.shape, r) : out_early;
     // Item k's output; `params(w, b)` gives its weight and bias (widened).
     auto store_item = [&](int k, auto&& params) {
       const int col = t.column(k);
       float v[VEC];
       get_h(k, v, false);
       if constexpr (SHIFT && !is_none<RO>) {
-        if (col == 0) store_vec<VEC>(row_ptr_mut<RO>(p.residual_out, p.shape, r), v);
+        if (col == 0) store_vec<VEC>(res_out, v);
       }
       float w[VEC], b[VEC];
       params(w, b);
