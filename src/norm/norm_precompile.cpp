@@ -55,6 +55,7 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
     s.center = center;
+    s.params_smem_allowed = rt::Runtime::instance().config().params_smem;  // as a call would plan
     // Calls of few rows may take another plan (RowPlan::early_params): both, each once.
     std::vector<rt::KernelSource> fwd;
     for (const bool few_rows : {false, true}) {

@@ -106,6 +106,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   spec.store_rstd = a.rstd != nullptr || mean != nullptr;
   spec.center = kind.center;
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsForwardElements;
+  spec.params_smem_allowed = runtime.switches().params_smem;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
@@ -122,6 +123,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     if (spec.plan.prefetch) {
       rt::LaunchConfig probe;
       probe.block.x = static_cast<unsigned>(spec.plan.threads());
+      if (spec.plan.params_smem) probe.shared_bytes = static_cast<unsigned>(spec.plan.smem_bytes);
       if (spec.plan.cluster > 1) probe.cluster = {static_cast<unsigned>(spec.plan.cluster), 1, 1};
       found->resident_groups = std::max<std::int64_t>(
           1, runtime.max_resident_ctas(found->kernel, probe) / spec.plan.cluster);
@@ -156,6 +158,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+  if (plan.params_smem) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.pdl = found->pdl;
   void* args[] = {&p};

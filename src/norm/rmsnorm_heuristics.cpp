@@ -13,6 +13,9 @@
 //    rows beyond what a 2-CTA stash holds (4 without dw/db) are split into
 //    column chunks (plan_split): 1.31-1.81x eager with dw/db, 1.33-1.61x without
 //    (50f6905, M*N = 2^28, N = 131072 and 262144).
+//  - Forward rows over a cluster of 1024-thread CTAs (branch wip/fwd-params-smem,
+//    not yet measured): weight and bias copied into shared memory with the row
+//    (RowPlan::params_smem), so that the epilogue is not ITEMS L2 round trips.
 //  - ptxas: every plan here compiles without spills for sm_80/sm_90a/sm_100a
 //    (tests/cpp/test_rmsnorm_kernels.cpp); the register estimates below were
 //    tuned until that held.
@@ -70,6 +73,7 @@ constexpr std::int64_t kAsyncMinRegsCentered = 96;
 constexpr std::int64_t kAsyncMinRegsTwoSums = 128;  // two sums of 16 columns (LayerNorm N=4096 with db, below)
 constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
+constexpr std::int64_t kParamsSmemBudget = 128 * 1024;  // RowPlan::params_smem (one CTA per SM)
 
 bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
   const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 4;
@@ -151,7 +155,7 @@ std::string RowPlan::str() const {
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
-         (async_rows ? " async" : "") +
+         (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -341,6 +345,34 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // replay, bf16 without residual: M=1 N=4096 3.88 -> 2.43 us, M=128 N=4096 4.19
   // -> 2.93 us (copy 1.6 and 2.2 us).
   if (!in.backward && in.few_rows && p.regs && !p.prefetch && p.threads() <= 256) p.early_params = true;
+
+  // Forward rows of 1024-thread CTAs (one per SM) read weight and bias after the
+  // reduction, item by item next to the stores: the pointers may alias, so each
+  // load waits for the store before it and a row's epilogue is ITEMS L2 round trips
+  // in a row (the SASS of bf16 N=65536: LDG w, STG out, LDG w, ...), with no other
+  // CTA on the SM to fill them. Held in registers they spilled (64 per thread at
+  // 1024 threads). Copied by cp.async into shared memory with the row instead (no
+  // registers; once per kernel for the pipeline's persistent CTAs), the epilogue
+  // reads them there. Where each item's parameters are whole 16-byte chunks and the
+  // slice's fit in 128 KB (not fp32 weight and bias together), and rows take a
+  // cluster (N >= 65536 for 16-bit rows): in CTAs of a whole row (N=32768) ptxas
+  // spilled 12-32 bytes with it (the pipeline's bf16 rows, fp32 parameters with a
+  // residual; sm_90a/sm_100a), and so did LayerNorm's fp32 rows with a residual
+  // (20-104, as without it) and the pipeline's rows with fp32 weights storing rstd
+  // (12). Not yet measured on a GPU (branch wip/fwd-params-smem);
+  // NORMKIT_PARAMS_SMEM=0 turns it off.
+  const bool params_smem_spilled = (in.center && in.residual && in.x_bytes == 4) ||
+                                   (p.prefetch && p.vec * (in.weight_bytes + in.bias_bytes) > 16);
+  if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
+      !params_smem_spilled) {
+    const std::int64_t item_bytes = std::int64_t{p.vec} * (in.weight_bytes + in.bias_bytes);
+    const std::int64_t bytes = (nv + p.cluster - 1) / p.cluster * item_bytes;
+    if (item_bytes > 0 && (p.vec * in.weight_bytes) % 16 == 0 && (p.vec * in.bias_bytes) % 16 == 0 &&
+        bytes <= kParamsSmemBudget) {
+      p.params_smem = true;
+      p.smem_bytes = static_cast<int>(bytes);
+    }
+  }
 
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
   const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;

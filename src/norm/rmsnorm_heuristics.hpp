@@ -40,7 +40,12 @@ struct RowPlan {
   // a CTA walks copied by cp.async into a three-stage shared-memory ring, two rows
   // ahead (norm_bwd_kernel's ASYNC), instead of `prefetch`'s second register set.
   bool async_rows = false;
-  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, or the smem_sums)
+  // Forward, register-resident rows of 1024-thread CTAs: the CTA's slice of weight
+  // and bias copied by cp.async into shared memory with the row (once per kernel for
+  // the pipeline's persistent CTAs), read there by the epilogue (norm_fwd_kernel's
+  // PARAMS_SMEM), instead of one global load per item after the reduction.
+  bool params_smem = false;
+  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, or params_smem's parameters)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
   std::string str() const;
@@ -71,10 +76,14 @@ struct RowPlanInputs {
   bool smem_sums_allowed = true;
   // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).
   bool async_rows_allowed = true;
-  // Forward: x is fp16 (not bf16), and the weight's element size (0: none); ptxas
-  // spilled the pipeline for one pairing of them.
+  // Forward: x is fp16 (not bf16), and the element sizes of weight and bias (0:
+  // absent): ptxas spilled the pipeline for one pairing of x and weight, and
+  // RowPlan::params_smem holds the parameters, where it may be planned
+  // (NORMKIT_PARAMS_SMEM=0 turns it off).
   bool x_fp16 = false;
   int weight_bytes = 0;
+  int bias_bytes = 0;
+  bool params_smem_allowed = true;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

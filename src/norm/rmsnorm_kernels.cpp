@@ -78,6 +78,8 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.few_rows = s.few_rows;
   in.x_fp16 = s.x == DType::kFloat16;
   in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
+  in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
+  in.params_smem_allowed = s.params_smem_allowed;
   return plan_rows(in);
 }
 
@@ -128,7 +130,7 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   e << "nk::norm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
     << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
-    << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ">";
+    << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ", " << flag(s.plan.params_smem) << ">";
   return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 

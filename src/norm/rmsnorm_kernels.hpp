@@ -22,6 +22,7 @@ struct RmsFwdSpec {
   bool store_rstd = false;  // rstd (and LayerNorm's mean) stored
   bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
   bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
+  bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
 };
 
 struct RmsBwdSpec {

@@ -75,6 +75,7 @@ Config Config::from_environment() {
   }
   c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
   c.async_rows = env_switch("NORMKIT_ASYNC_ROWS", c.async_rows);
+  c.params_smem = env_switch("NORMKIT_PARAMS_SMEM", c.params_smem);
   c.pdl = env_switch("NORMKIT_PDL", c.pdl);
   c.lineinfo = env_flag("NORMKIT_LINEINFO");
   std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));

@@ -234,7 +234,7 @@ Config Runtime::config() const {
 CallSwitches Runtime::switches() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const Config& c = impl_->config;
-  return CallSwitches{c.smem_sums, c.async_rows, c.pdl, c.sync_timeout_us};
+  return CallSwitches{c.smem_sums, c.async_rows, c.params_smem, c.pdl, c.sync_timeout_us};
 }
 
 ToolchainInfo Runtime::toolchain(bool need_driver) {
@@ -451,15 +451,37 @@ CUlaunchConfig driver_launch_config(const LaunchConfig& cfg, const Dim3& grid) {
   return lc;
 }
 
+void allow_dynamic_shared(const LoadedKernel& kernel, unsigned bytes) {
+  if (bytes == 0) return;
+  // Static plus dynamic shared memory above 48 KB needs the opt-in, also when
+  // the dynamic part alone stays below it: set once per size the handle has not
+  // yet been allowed (the static part was read at load).
+  const int wanted = static_cast<int>(bytes);
+  if (bytes + static_cast<unsigned>(kernel.static_shared_bytes) <= 48 * 1024 ||
+      kernel.dynamic_shared_allowed->load(std::memory_order_acquire) >= wanted)
+    return;
+  // Under a lock, to the largest size asked so far: two threads raising it at
+  // once must not leave it at the smaller of their sizes.
+  static std::mutex raise_mutex;
+  std::lock_guard<std::mutex> lock(raise_mutex);
+  const int allowed = std::max(wanted, kernel.dynamic_shared_allowed->load(std::memory_order_relaxed));
+  NK_CU_CHECK(driver().cuFuncSetAttribute(static_cast<CUfunction>(kernel.function),
+                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed));
+  kernel.dynamic_shared_allowed->store(allowed, std::memory_order_release);
+}
+
 }  // namespace
 
 std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const LaunchConfig& cfg) {
-  NK_CHECK(kernel.function != nullptr && kernel.compiled, "max_resident_ctas: kernel handle is empty");
+  NK_CHECK(kernel.function != nullptr && kernel.compiled && kernel.dynamic_shared_allowed,
+           "max_resident_ctas: kernel handle is empty");
   const DriverApi& d = driver();
   const auto fn = static_cast<CUfunction>(kernel.function);
   ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
   const unsigned cluster_size = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
   const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
+  // The occupancy of a kernel not yet allowed its dynamic shared memory is zero.
+  allow_dynamic_shared(kernel, cfg.shared_bytes);
   if (cfg.cluster.x == 0) {
     int per_sm = 0;
     NK_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, static_cast<int>(threads),
@@ -497,22 +519,7 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
     attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;
   }
-  if (cfg.shared_bytes > 0) {
-    // Static plus dynamic shared memory above 48 KB needs the opt-in, also when
-    // the dynamic part alone stays below it: set once per size the handle has not
-    // yet been allowed (the static part was read at load).
-    const int wanted = static_cast<int>(cfg.shared_bytes);
-    if (cfg.shared_bytes + static_cast<unsigned>(kernel.static_shared_bytes) > 48 * 1024 &&
-        kernel.dynamic_shared_allowed->load(std::memory_order_acquire) < wanted) {
-      // Under a lock, to the largest size asked so far: two threads raising it at
-      // once must not leave it at the smaller of their sizes.
-      static std::mutex raise_mutex;
-      std::lock_guard<std::mutex> lock(raise_mutex);
-      const int allowed = std::max(wanted, kernel.dynamic_shared_allowed->load(std::memory_order_relaxed));
-      NK_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed));
-      kernel.dynamic_shared_allowed->store(allowed, std::memory_order_release);
-    }
-  }
+  allow_dynamic_shared(kernel, cfg.shared_bytes);
   CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);
   lc.hStream = static_cast<CUstream>(cfg.stream);
   lc.attrs = n_attrs ? attrs : nullptr;

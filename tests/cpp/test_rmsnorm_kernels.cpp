@@ -332,6 +332,42 @@ TEST_F(RmsNormKernelSweep, LongRowForwardSpillCasesCompileClean) {
   }
 }
 
+// Forward rows over a cluster with weight and bias in shared memory
+// (RowPlan::params_smem): the pipeline's plain rows, residuals, fp32 parameters,
+// bias, LayerNorm and fp32 rows, rstd stored or not, without spills on sm_90a and
+// sm_100a.
+TEST_F(RmsNormKernelSweep, ForwardParamsInSharedMemoryCompileWithoutSpills) {
+  struct Case {
+    DType x;
+    std::optional<DType> residual;
+    DType param;
+    bool bias, center;
+  };
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"})
+  for (std::int64_t n : {65536, 262144}) {
+    for (const Case& c : {Case{bf16, {}, bf16, false, false}, Case{bf16, bf16, bf16, false, false},
+                          Case{bf16, bf16, f32, false, false}, Case{f16, f16, f16, true, false},
+                          Case{bf16, {}, bf16, true, true}, Case{bf16, bf16, bf16, true, true},
+                          Case{bf16, {}, f32, false, true}, Case{f32, f32, f32, false, false}}) {
+      RmsFwdSpec f = plain_fwd_spec(n, c.x);
+      f.residual = c.residual;
+      f.residual_out = c.residual;
+      f.weight = c.param;
+      if (c.bias) f.bias = c.param;
+      f.center = c.center;
+      f.plan = plan_fwd(f, 8, arch_of(target));
+      EXPECT_TRUE(f.plan.params_smem) << n << " " << f.plan.str();
+      for (const bool rstd : {false, true}) {
+        f.store_rstd = rstd;
+        expect_fwd_clean(f, target);
+        ++kernels;
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 64);
+}
+
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
   const std::string target = "sm_90a";
   int kernels = 0;

@@ -15,7 +15,7 @@ from normkit.torch import (  # noqa: E402
     LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd, rmsnorm_fwd)
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, COMPILE_DTYPES, COMPILE_SHAPES, DW_ATOL, EPS, FP16, FP32, NAMES, _d, _grid_params,
-    _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_exact, fresh_dynamo,
+    _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_both_plans, check_exact, fresh_dynamo,
     poison_next_allocations, pytestmark, rand, ref_forward)
 
 
@@ -210,6 +210,45 @@ def test_fp32_rows_with_residual_over_clusters(kind, m, n):
     check("out", out, y)
     check_exact("residual_out", res_out, res_ref)
     check("rstd", rstd, rstd_ref)
+# Forward rows of 1024-thread CTAs over a cluster (N >= 65536): weight and bias read
+# by the epilogue from shared memory (RowPlan.params_smem), both norms, against the
+# float64 reference and against the plans before it (NORMKIT_PARAMS_SMEM=0) on the
+# same inputs, which must agree exactly (the same arithmetic): the pipeline's
+# persistent rows (bf16 without a residual, rows left over for its last pass),
+# rows with a residual and fp32 weight, weight and bias, fp32 rows, and per-head
+# weights, which the pipeline reads from global memory (their head changes from
+# row to row).
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("xdt,rdt,wdt,with_bias,heads,m,n", [
+    (BF16, None, BF16, False, 1, 300, 65536), (BF16, BF16, FP32, False, 1, 70, 131072),
+    (BF16, None, BF16, True, 1, 40, 262144), (FP32, None, FP32, False, 1, 64, 65536),
+    (BF16, None, BF16, False, 4, 75, 65536)],
+    ids=["bf16-N65536", "bf16-res-wfp32-N131072", "bf16-bias-N262144", "fp32-N65536", "bf16-4heads-N65536"])
+def test_forward_params_in_shared_memory(kind, xdt, rdt, wdt, with_bias, heads, m, n):
+    shape = (m, heads, n) if heads > 1 else (m, n)
+    pshape = (heads, n) if heads > 1 else (n,)
+    x, w = rand(shape, xdt), rand(pshape, wdt)
+    r = rand(shape, rdt) if rdt is not None else None
+    b = rand(pshape, wdt) if with_bias else None
+    if kind == "rms":
+        y, res_ref, _, rstd_ref = ref_forward(x, w, b, r)
+    else:
+        y, res_ref, _, _, rstd_ref = ln_ref_forward(x, w, b, r)
+
+    def call():
+        if kind == "rms":
+            return rmsnorm_fwd(x, w, bias=b, residual=r, eps=EPS, store_rstd=True)
+        out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True)
+        return out, res_out, rstd
+
+    def check_outputs(what, outs):
+        check(what + "out", outs[0], y)
+        if r is not None:
+            check_exact(what + "residual_out", outs[1], res_ref)
+        check(what + "rstd", outs[2], rstd_ref)
+
+    check_both_plans("NORMKIT_PARAMS_SMEM", call, check_outputs,
+                     poison=((shape, xdt), (shape, rdt or xdt), (shape[:-1], FP32), (shape[:-1], FP32)))
 
 
 def test_module_is_a_drop_in(fresh_dynamo):

@@ -12,6 +12,7 @@ NORMKIT_TEST_REQUIRE_GPU=1 (set by scripts/gpu_check.sh) makes that an error
 instead, so a GPU run cannot pass by skipping. A failing `import normkit.torch`
 is an error everywhere.
 """
+import contextlib
 import math
 import os
 import zlib
@@ -111,6 +112,45 @@ def rand(shape, dtype, scale=1.0):
     """Random normal data in `dtype` (never zeros: zeros hide missing terms)."""
     t = torch.randn(shape, device=DEVICE, dtype=dtype)
     return t.mul_(scale) if scale != 1.0 else t
+
+
+@contextlib.contextmanager
+def plan_switch(name, value):
+    """A NORMKIT_ plan switch set for the body, the config reloaded on the way in and out."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    _C.reload_config()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+        _C.reload_config()
+
+
+def check_both_plans(switch, call, check_outputs, poison=()):
+    """call() with the plan switch `switch` on, then off, twice each (outputs
+    poisoned first): check_outputs(label, outputs of the first call) for each, the
+    two calls' outputs bitwise equal, and the two plans' outputs equal (None outputs
+    skipped)."""
+    first_runs = []
+    for value in ("1", "0"):
+        label = f"{switch}={value}: "
+        runs = []
+        with plan_switch(switch, value):
+            for _ in range(2):
+                poison_next_allocations(*poison)
+                runs.append(call())
+        check_outputs(label, runs[0])
+        for i, (first, again) in enumerate(zip(runs[0], runs[1])):
+            if first is not None:
+                assert torch.equal(first, again), label + f"output {i} of run 2 differs from run 1 (bitwise)"
+        first_runs.append(runs[0])
+    for i, (on, off) in enumerate(zip(*first_runs)):
+        if on is not None:
+            assert torch.equal(on, off), f"{switch}: output {i} differs between the two plans"
 
 
 def poison_next_allocations(*specs):

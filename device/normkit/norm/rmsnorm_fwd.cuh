@@ -17,6 +17,7 @@
 // absent): absent features cost no instructions and no registers.
 #pragma once
 
+#include "normkit/common/async_copy.cuh"
 #include "normkit/common/pdl.cuh"
 #include "normkit/common/shifted_moments.cuh"
 #include "normkit/norm/row_engine.cuh"
@@ -38,8 +39,13 @@ struct IntTag {
 // achieved occupancy, DRAM at 46% of peak).
 // EARLY (plans for calls of few rows): weight and bias are loaded with the row,
 // not after its reduction (see EARLY_PARAMS below).
+// PARAMS_SMEM (rows of 1024-thread CTAs, RowPlan::params_smem): the CTA's slice of
+// weight and bias is copied by cp.async into dynamic shared memory with the row
+// (once per kernel in the pipeline, where all rows share one head), and the
+// epilogue reads it there instead of one global load per item after the reduction,
+// each waiting for the store before it.
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
-          bool PREFETCH, bool EARLY>
+          bool PREFETCH, bool EARLY, bool PARAMS_SMEM>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
@@ -80,6 +86,37 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   static_assert(!SHIFT || Cfg::ROWS == 1, "one row per cluster: its CTAs make one decision on the same sums");
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, SHIFT ? 2 : 1> reduce_storage;
   const RowThread<Cfg> t = RowThread<Cfg>::make();
+
+  // PARAMS_SMEM: the slice's weight, then its bias, each owned item's vector at its
+  // slice_vector (host: RowPlan::smem_bytes = SLICE_V * (W_ITEM + B_ITEM) bytes).
+  // A thread reads back only what it copied itself, so no barrier orders them.
+  constexpr int W_ITEM = VEC * size_or_zero<W>;
+  constexpr int B_ITEM = VEC * size_or_zero<B>;
+  static_assert(!PARAMS_SMEM || (Cfg::REGS && !EARLY && W_ITEM % 16 == 0 && B_ITEM % 16 == 0 && W_ITEM + B_ITEM > 0),
+                "parameters in shared memory: register-resident rows, whole 16-byte chunks");
+  extern __shared__ __align__(16) unsigned char params_memory[];
+  // The pipeline's persistent CTAs copy them once: only where every row has the same head.
+  [[maybe_unused]] const bool params_cached = PARAMS_SMEM && (!PREFETCH || p.shape.heads == 1);
+  auto copy_params = [&](long long r) {
+    if constexpr (PARAMS_SMEM) {
+      const long long head_offset = (r % p.shape.heads) * Cfg::N;
+      for_each_item<Cfg>([&](int k) {
+        if (!t.owns(k)) return;
+        const int v = t.slice_vector(k);
+        if constexpr (W_ITEM > 0) {
+          const auto* src = reinterpret_cast<const unsigned char*>(static_cast<const W*>(p.weight) + head_offset + t.column(k));
+#pragma unroll
+          for (int c = 0; c < W_ITEM; c += 16) cp_async_16(params_memory + v * W_ITEM + c, src + c);
+        }
+        if constexpr (B_ITEM > 0) {
+          const auto* src = reinterpret_cast<const unsigned char*>(static_cast<const B*>(p.bias) + head_offset + t.column(k));
+#pragma unroll
+          for (int c = 0; c < B_ITEM; c += 16) cp_async_16(params_memory + Cfg::SLICE_V * W_ITEM + v * B_ITEM + c, src + c);
+        }
+      });
+      cp_async_commit();
+    }
+  };
   struct RawRow {
     RawVec<X, VEC> x[RAW ? Cfg::ITEMS : 1];
     RawVec<typename or_type<R, X>::type, VEC> res[RAW_RES ? Cfg::ITEMS : 1];
@@ -343,6 +380,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         }
       }
     } else {
+      if constexpr (PARAMS_SMEM) {
+        if (params_cached) {
+          cp_async_wait<0>();
+          for_each_item<Cfg>([&](int k) {
+            if (!t.owns(k)) return;
+            const int v = t.slice_vector(k);
+            store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
+              WP wp;
+              BP bp;
+              if constexpr (W_ITEM > 0) wp = *reinterpret_cast<const WP*>(params_memory + v * W_ITEM);
+              if constexpr (B_ITEM > 0) bp = *reinterpret_cast<const BP*>(params_memory + Cfg::SLICE_V * W_ITEM + v * B_ITEM);
+              widen_params(wp, bp, w, b);
+            });
+            // Item by item, as the global path: hoisted above the stores, the reads of
+            // all items held their registers at once (ptxas spilled 8-88 bytes at
+            // N=32768 and for fp32 rows).
+            asm volatile("" ::: "memory");
+          });
+          return;
+        }
+      }
       for_each_item<Cfg>([&](int k) {
         if (!t.owns(k)) return;
         store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
@@ -358,6 +416,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   if constexpr (!PREFETCH) {
     // One row (group) per CTA: each reduction once (one cluster barrier, not two).
     const RowAt at = locate(first);
+    // The copies before the row's loads: after them, their addresses competed with
+    // the raw row for registers (ptxas spilled 12-88 bytes at N=32768).
+    copy_params(at.r);
     load_raw(at, raw_a);
     finish_row(IntTag<0>{}, at, raw_a);
   } else {
@@ -367,6 +428,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     const long long stride = static_cast<long long>(gridDim.x / Cfg::CLUSTER) * Cfg::ROWS;
     RawRow raw_b;
     RowAt at_a = locate(first);
+    if (params_cached) copy_params(at_a.r);
     load_raw(at_a, raw_a);
     for (long long base = first; base < p.shape.rows; base += 2 * stride) {
       const RowAt at_b = locate(base + stride);
