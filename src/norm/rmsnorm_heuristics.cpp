@@ -357,11 +357,11 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // slice's fit in 128 KB (not fp32 weight and bias together), and rows take a
   // cluster (N >= 65536 for 16-bit rows): in CTAs of a whole row (N=32768) ptxas
   // spilled 12-32 bytes with it (the pipeline's bf16 rows, fp32 parameters with a
-  // residual; sm_90a/sm_100a), and so did LayerNorm's fp32 rows with a residual
-  // (20-104, as without it) and the pipeline's rows with fp32 weights storing rstd
-  // (12). Not yet measured on a GPU (branch wip/fwd-params-smem);
-  // NORMKIT_PARAMS_SMEM=0 turns it off.
-  const bool params_smem_spilled = (in.center && in.residual && in.x_bytes == 4) ||
+  // residual; sm_90a/sm_100a), and so did LayerNorm's fp32 rows (16 bytes at
+  // N=262144 storing the statistics; 20-104 with a residual) and the pipeline's
+  // rows with fp32 weights storing rstd (12). Not yet measured on a GPU (branch
+  // wip/fwd-params-smem); NORMKIT_PARAMS_SMEM=0 turns it off.
+  const bool params_smem_spilled = (in.center && in.x_bytes == 4) ||
                                    (p.prefetch && p.vec * (in.weight_bytes + in.bias_bytes) > 16);
   if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
       !params_smem_spilled) {
