@@ -13,9 +13,9 @@
 //    rows beyond what a 2-CTA stash holds (4 without dw/db) are split into
 //    column chunks (plan_split): 1.31-1.81x eager with dw/db, 1.33-1.61x without
 //    (50f6905, M*N = 2^28, N = 131072 and 262144).
-//  - Forward rows over a cluster of 1024-thread CTAs (branch wip/fwd-params-smem,
-//    not yet measured): weight and bias copied into shared memory with the row
-//    (RowPlan::params_smem), so that the epilogue is not ITEMS L2 round trips.
+//  - Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs:
+//    the weight copied into shared memory with the row (RowPlan::params_smem), so
+//    that the epilogue is not ITEMS L2 round trips (954acb4, 2026-11-30).
 //  - ptxas: every plan here compiles without spills for sm_80/sm_90a/sm_100a
 //    (tests/cpp/test_rmsnorm_kernels.cpp); the register estimates below were
 //    tuned until that held.
@@ -208,7 +208,12 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // (ptxas sm_90a and sm_100a, RMSNorm and LayerNorm, N >= 32768): 16 there, the
     // row over a cluster twice as large (below). Shorter rows (512 threads or fewer
     // at 32 elements: fp32 N=16384 with a residual 0.94x copy) and sm_80, without
-    // clusters, compiled them clean and keep 32. Not yet measured on a GPU.
+    // clusters, compiled them clean and keep 32. H200, M*N = 2^27, ratio to copy
+    // (main's spilling plans at 619d2e2 -> 954acb4, docs/perf/h200-2026-11-30.md):
+    // RMSNorm N=32768 0.802 -> 0.821, 65536 0.779 -> 0.762, 131072 0.749 -> 0.748,
+    // 262144 0.730 -> 0.651; LayerNorm 0.760 -> 0.792, 0.728 -> 0.733, 0.697 ->
+    // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
+    // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
     tpr = threads_for(fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
     tpr_max = 1024;
   } else {
@@ -353,18 +358,20 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // CTA on the SM to fill them. Held in registers they spilled (64 per thread at
   // 1024 threads). Copied by cp.async into shared memory with the row instead (no
   // registers; once per kernel for the pipeline's persistent CTAs), the epilogue
-  // reads them there. Where each item's parameters are whole 16-byte chunks and the
-  // slice's fit in 128 KB (not fp32 weight and bias together), and rows take a
-  // cluster (N >= 65536 for 16-bit rows): in CTAs of a whole row (N=32768) ptxas
-  // spilled 12-32 bytes with it (the pipeline's bf16 rows, fp32 parameters with a
-  // residual; sm_90a/sm_100a), and so did LayerNorm's fp32 rows (16 bytes at
-  // N=262144 storing the statistics; 20-104 with a residual) and the pipeline's
-  // rows with fp32 weights storing rstd (12). Not yet measured on a GPU (branch
-  // wip/fwd-params-smem); NORMKIT_PARAMS_SMEM=0 turns it off.
-  const bool params_smem_spilled = (in.center && in.x_bytes == 4) ||
-                                   (p.prefetch && p.vec * (in.weight_bytes + in.bias_bytes) > 16);
+  // reads them there. Only where rows take a cluster (N >= 65536 for 16-bit rows;
+  // in CTAs of a whole row ptxas spilled 12-32 bytes with it) and only where it
+  // measured faster: RMSNorm with 16-bit x and weight. H200, M*N = 2^27, ratio to
+  // copy without -> with in one run (954acb4, docs/perf/h200-2026-11-30.md):
+  // RMSNorm bf16 N=65536 0.806 -> 0.843, 131072 0.735 -> 0.786, 262144 0.705 ->
+  // 0.721; with a residual 0.760 -> 0.798, 0.747 -> 0.748, 0.686 -> 0.729. It lost
+  // for LayerNorm bf16 (weight and bias; 0.676 -> 0.468 at N=65536, 0.725 -> 0.723
+  // with a residual) and RMSNorm fp32 (0.831 -> 0.726 at N=131072), and spilled for
+  // LayerNorm's fp32 rows. NORMKIT_PARAMS_SMEM=0 turns it off.
+  const bool params_smem_measured = !in.center && in.x_bytes == 2 && in.weight_bytes == 2 &&
+                                    (in.bias_bytes == 0 || in.bias_bytes == 2);
+  const bool params_smem_spilled = p.prefetch && p.vec * (in.weight_bytes + in.bias_bytes) > 16;
   if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
-      !params_smem_spilled) {
+      params_smem_measured && !params_smem_spilled) {
     const std::int64_t item_bytes = std::int64_t{p.vec} * (in.weight_bytes + in.bias_bytes);
     const std::int64_t bytes = (nv + p.cluster - 1) / p.cluster * item_bytes;
     if (item_bytes > 0 && (p.vec * in.weight_bytes) % 16 == 0 && (p.vec * in.bias_bytes) % 16 == 0 &&
