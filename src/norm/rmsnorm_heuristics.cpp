@@ -401,6 +401,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     const bool centered_many = in.center && (owned > p.vec || p.rows > 1);
     regs_needed = std::max<std::int64_t>(regs_needed, centered_many ? kAsyncMinRegsCentered : kAsyncMinRegs);
     if (in.dbias && owned >= 16) regs_needed = std::max<std::int64_t>(regs_needed, kAsyncMinRegsTwoSums);
+    // fp32 dresidual_out and dresidual beside 16-bit rows: their vectors are twice
+    // the row's (bf16 N=1000 spilled 12 bytes under six 128-thread CTAs, ptxas sm_90a).
+    if (in.dresidual_bytes > in.x_bytes) regs_needed += 16;
   }
   const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(p.threads()) * regs_needed);
   const std::int64_t by_threads = 2048 / p.threads();
@@ -416,6 +419,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   if (p.stash) p.min_blocks = by_smem;
+  // The stash of fp32 rows with dresidual_out and a 16-bit dout: four CTAs' 64
+  // registers spilled 8-16 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
+  if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;
 }

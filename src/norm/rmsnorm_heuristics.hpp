@@ -72,6 +72,8 @@ struct RowPlanInputs {
   // dresidual_out is read (a third row input).
   bool residual = false;
   bool bias = false;
+  // Backward: element size of the widest of dresidual_out and dresidual (0: none).
+  int dresidual_bytes = 0;
   // Backward: RowPlan::smem_sums may be planned (NORMKIT_SMEM_SUMS=0 turns it off).
   bool smem_sums_allowed = true;
   // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).

@@ -96,6 +96,8 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.few_rows = s.few_rows;
   in.center = s.center;
   in.residual = s.dresidual_out.has_value();
+  in.dresidual_bytes = static_cast<int>(std::max(s.dresidual_out ? dtype_size(*s.dresidual_out) : 0,
+                                                 s.dresidual ? dtype_size(*s.dresidual) : 0));
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   return plan_rows(in);

@@ -298,6 +298,47 @@ TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
   EXPECT_EQ(kernels, 108);
 }
 
+// Forward rows with a residual in CTAs under 1024 threads issue all of their loads
+// before storing residual_out (norm_fwd_kernel's BATCH_LOADS: 16-bit x and residual,
+// or several rows a CTA), and the backward of the same rows with dresidual_out (and
+// dresidual where its dtype differs): both norms, residuals in x's dtype and in fp32,
+// odd N, without spills (main spilled 12 bytes at bf16 N=1000 with fp32 dresidual).
+TEST_F(RmsNormKernelSweep, ResidualRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_80"})
+  for (std::int64_t n : {256, 1000, 4096, 8192, 16384}) {
+    for (DType x : {bf16, f32}) {
+      for (DType residual : {x, f32}) {
+        for (const bool center : {false, true}) {
+          RmsFwdSpec f = plain_fwd_spec(n, x);
+          f.residual = f.residual_out = residual;
+          f.center = center;
+          if (center) f.bias = x;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          expect_fwd_clean(f, target);
+          RmsBwdSpec b = plain_bwd_spec(n, x);
+          b.dresidual_out = residual;
+          if (residual != x) b.dresidual = residual;
+          b.center = center;
+          if (center) b.dbias = x;
+          b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
+          kernels += 1 + expect_bwd_clean(b, target);
+        }
+      }
+    }
+  }
+  // The autograd backward of bf16 rows with an fp32 residual stream: h (residual_out)
+  // and weight in fp32, dout and dx in bf16 (the stash at N=16384 spilled 8 bytes).
+  for (const std::string target : {"sm_90a", "sm_80"}) {
+    RmsBwdSpec b = plain_bwd_spec(16384, f32);
+    b.dout = b.dx = bf16;
+    b.dresidual_out = b.dresidual = f32;
+    b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), 16384, 132);
+    kernels += expect_bwd_clean(b, target);
+  }
+  EXPECT_GE(kernels, 160);
+}
+
 // fp32 rows with a residual, forward, from N=32768 (1024-thread CTAs): 16 elements
 // a thread over clusters of up to 16 CTAs on sm_90+ (32 spilled 16-72 bytes), and
 // fp16 rows with fp32 weights outside the pipeline at N=32768 (it spilled 12):

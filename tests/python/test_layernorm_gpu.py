@@ -296,6 +296,27 @@ def test_fused_add_in_place(kind, xdt, rdt, offset, m, n):
     check("x (in place)", x, y)
 
 
+# Rows with a residual in CTAs under 1024 threads issue all of their loads before
+# storing residual_out, and rows of the last CTA past M load row 0 in their place
+# (norm_fwd_kernel's BATCH_LOADS). In place, with M leaving part of the last CTA
+# without rows (N <= 4096: several rows a CTA) and the batch a view of a larger
+# buffer: the outputs against float64, and the rows past M untouched.
+@pytest.mark.parametrize("m,n", [(4099, 256), (1031, 1024), (259, 4096), (65, 16384)])
+@pytest.mark.parametrize("kind,xdt,rdt,offset", [pytest.param(*c, id=f"{c[0]}-{NAMES[c[1]]}-{NAMES[c[2]]}-o{c[3]}")
+                                                 for c in FUSED_CASES])
+def test_fused_add_rows_past_the_batch_untouched(kind, xdt, rdt, offset, m, n):
+    x_all, residual_all = rand((m + 2, n), xdt), rand((m + 2, n), rdt)
+    x, residual = x_all[:m], residual_all[:m]
+    tails = (x_all[m:].clone(), residual_all[m:].clone())
+    w, b = rand((n,), FP32, 0.2 if offset else 1.0), rand((n,), xdt) if kind == "ln" else None
+    y, res_ref = _fused_ref(kind, x, residual, w, b, offset)
+    with torch.no_grad():
+        _fused(kind, x, residual, w, b, offset)
+    check_exact("residual (in place)", residual, res_ref)
+    check("x (in place)", x, y)
+    assert torch.equal(x_all[m:], tails[0]) and torch.equal(residual_all[m:], tails[1])
+
+
 @pytest.mark.parametrize("kind", ["rms", "ln"])
 def test_fused_add_matches_out_of_place_bitwise(kind):
     x, residual, w = rand((199, 4096), BF16), rand((199, 4096), BF16), rand((4096,), FP32)

@@ -68,6 +68,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
                            sizeof(X) + size_or_zero<R> <= 8;
   constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES);
   constexpr bool H32 = Cfg::REGS && !RAW;
+  constexpr bool BATCH_LOADS =
+      H32 && Cfg::THREADS < 1024 && (sizeof(X) + size_or_zero<R> <= 4 || Cfg::ROWS > 1);  // finish_row
   static_assert(!PREFETCH || (RAW && is_none<R>), "the pipeline keeps raw rows without a residual");
   // SHIFT: LayerNorm rows of a cluster take their statistics from one reduction of
   // two sums around a sample of the row (shifted_moments.cuh), where the two-pass
@@ -264,17 +266,55 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       shift = to_float(x[0]);
       if constexpr (!is_none<R>) shift += to_float(res[0]);
     }
+    // BATCH_LOADS: rows held in fp32 registers (H32: a residual beside x) issue all
+    // of their loads at once. Stored item by item between them, residual_out kept
+    // the compiler from issuing the next item's loads before the store (residual_out
+    // may be the residual itself: the in-place fused add), and the per-item branch
+    // on the row being past the last kept it from issuing them before the previous
+    // item's were consumed: the row arrived in ITEMS memory round trips in a row
+    // (SASS of bf16 N=16384 with a residual: LDG x, LDG r, STG residual_out, LDG x,
+    // ...), where Liger's fused add issues all of its loads at once. So such rows
+    // load and sum even past the last row (locate points them at row 0; their sums
+    // are discarded), which with every item owned (ALL_OWNED) leaves the loop no
+    // branch, and store residual_out after the loads. H200, M*N = 2^27, ratio to
+    // copy before -> after in one run (9c0c39d -> 99fc797, docs/perf/h200-2026-11-30.md):
+    // bf16 RMSNorm N=256 0.945 -> 0.973, 4096 0.931 -> 0.963, 16384 0.901 -> 0.956;
+    // LayerNorm 0.881 -> 0.970, 0.913 -> 0.968, 0.837 -> 0.907. fp32 rows gained up
+    // to 3 % where a CTA holds several rows (N <= 4096) and not beyond, where their
+    // registers (56 -> 94) cost CTAs: LayerNorm N=16384 0.931 -> 0.851, so rows of
+    // fp32 x or residual keep the loads item by item there. Not in 1024-thread CTAs:
+    // under their 64 registers it spilled 8 bytes (bf16 N=32768, ptxas sm_90a).
+    // Column 0 waits for the output under SHIFT (below).
+    auto in_first_pass = [&](int k) {
+      if constexpr (BATCH_LOADS && Cfg::ALL_OWNED) {
+        return true;
+      } else if constexpr (BATCH_LOADS) {
+        return t.owns(k);
+      } else {
+        return active && t.owns(k);
+      }
+    };
+    auto store_held_residual_out = [&]() {
+      if constexpr (BATCH_LOADS && !is_none<RO>) {
+        for_each_item<Cfg>([&](int k) {
+          if (!active || !t.owns(k) || (SHIFT && t.column(k) == 0)) return;
+          float v[VEC];
+          get_h(k, v, false);
+          store_vec<VEC>(res_out + t.column(k), v);
+        });
+      }
+    };
     // Sums of h - around and of its square (SHIFT) over the thread's elements.
     auto shifted_sums = [&](float around, bool first, float (&acc)[2]) {
       for_each_item<Cfg>([&](int k) {
-        if (!active || !t.owns(k)) return;
+        if (!in_first_pass(k)) return;
         float v[VEC];
         get_h(k, v, first);
         // residual_out may be the residual itself (the in-place fused add), whose
         // column 0 every thread reads for the shift: that vector is stored with the
         // output, after the reduction, which no thread leaves before its shift has
         // been loaded (the sums depend on it).
-        if constexpr (!is_none<RO>) {
+        if constexpr (!is_none<RO> && !BATCH_LOADS) {
           if (first && t.column(k) != 0) store_vec<VEC>(res_out + t.column(k), v);
         }
 #pragma unroll
@@ -290,6 +330,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     if constexpr (SHIFT) {
       float sums[2] = {0.f, 0.f};
       shifted_sums(shift, true, sums);
+      store_held_residual_out();
       row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sums, t.sub, t.lane, reduce_storage);
       ShiftedMoments m = moments_from_shifted_sums(shift, sums[0], sums[1], static_cast<float>(Cfg::N));
       if (m.exact_needed) {
@@ -309,13 +350,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     } else {
       // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
       for_each_item<Cfg>([&](int k) {
-        if (!active || !t.owns(k)) return;
+        if (!in_first_pass(k)) return;
         float v[VEC];
         get_h(k, v, true);
-        if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
+        if constexpr (!is_none<RO> && !BATCH_LOADS) store_vec<VEC>(res_out + t.column(k), v);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
       });
+      store_held_residual_out();
       sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sum, t.sub, t.lane, reduce_storage);
       if constexpr (CENTER) {
         // The variance around the mean: a second pass over the register-resident row.

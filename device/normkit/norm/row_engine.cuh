@@ -37,6 +37,9 @@ struct RowConfig {
   static constexpr int NV = N / VEC;
   static constexpr int SLICE_V = (NV + CLUSTER - 1) / CLUSTER;
   static constexpr int ITEMS = (SLICE_V + TPR - 1) / TPR;
+  // Every thread owns all ITEMS vectors (TPR divides the slice, the slices tile the
+  // row): RowThread::owns is true for every item, known at compile time.
+  static constexpr bool ALL_OWNED = SLICE_V % TPR == 0 && SLICE_V * CLUSTER == NV;
 
   static_assert(N % VEC == 0, "VEC must divide N");
   static_assert((TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR is a power of two <= 1024");
