@@ -285,15 +285,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     // fp32 x or residual keep the loads item by item there. Not in 1024-thread CTAs:
     // under their 64 registers it spilled 8 bytes (bf16 N=32768, ptxas sm_90a).
     // Column 0 waits for the output under SHIFT (below).
-    auto in_first_pass = [&](int k) {
-      if constexpr (BATCH_LOADS && Cfg::ALL_OWNED) {
-        return true;
-      } else if constexpr (BATCH_LOADS) {
-        return t.owns(k);
-      } else {
-        return active && t.owns(k);
-      }
-    };
     auto store_held_residual_out = [&]() {
       if constexpr (BATCH_LOADS && !is_none<RO>) {
         for_each_item<Cfg>([&](int k) {
@@ -307,7 +298,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     // Sums of h - around and of its square (SHIFT) over the thread's elements.
     auto shifted_sums = [&](float around, bool first, float (&acc)[2]) {
       for_each_item<Cfg>([&](int k) {
-        if (!in_first_pass(k)) return;
+        if constexpr (BATCH_LOADS) {
+          if (!Cfg::ALL_OWNED && !t.owns(k)) return;
+        } else {
+          if (!active || !t.owns(k)) return;
+        }
         float v[VEC];
         get_h(k, v, first);
         // residual_out may be the residual itself (the in-place fused add), whose
@@ -350,7 +345,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     } else {
       // Pass 1 sums h (LayerNorm) or h^2 (RMSNorm).
       for_each_item<Cfg>([&](int k) {
-        if (!in_first_pass(k)) return;
+        if constexpr (BATCH_LOADS) {
+          if (!Cfg::ALL_OWNED && !t.owns(k)) return;
+        } else {
+          if (!active || !t.owns(k)) return;
+        }
         float v[VEC];
         get_h(k, v, true);
         if constexpr (!is_none<RO> && !BATCH_LOADS) store_vec<VEC>(res_out + t.column(k), v);
