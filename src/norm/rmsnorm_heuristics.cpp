@@ -369,12 +369,11 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // LayerNorm's fp32 rows. NORMKIT_PARAMS_SMEM=0 turns it off.
   const bool params_smem_measured = !in.center && in.x_bytes == 2 && in.weight_bytes == 2 &&
                                     (in.bias_bytes == 0 || in.bias_bytes == 2);
-  const bool params_smem_spilled = p.prefetch && p.vec * (in.weight_bytes + in.bias_bytes) > 16;
   if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
-      params_smem_measured && !params_smem_spilled) {
+      params_smem_measured) {
     const std::int64_t item_bytes = std::int64_t{p.vec} * (in.weight_bytes + in.bias_bytes);
     const std::int64_t bytes = (nv + p.cluster - 1) / p.cluster * item_bytes;
-    if (item_bytes > 0 && (p.vec * in.weight_bytes) % 16 == 0 && (p.vec * in.bias_bytes) % 16 == 0 &&
+    if ((p.vec * in.weight_bytes) % 16 == 0 && (p.vec * in.bias_bytes) % 16 == 0 &&
         bytes <= kParamsSmemBudget) {
       p.params_smem = true;
       p.smem_bytes = static_cast<int>(bytes);

@@ -49,8 +49,9 @@ struct Config {
   // NORMKIT_ASYNC_ROWS=0: the backward's row pipeline in registers instead of the
   // cp.async shared-memory ring; on by default.
   bool async_rows = true;
-  // NORMKIT_PARAMS_SMEM=0: the forward's 1024-thread register plans read weight and
-  // bias from global memory in the epilogue, as before RowPlan::params_smem; on by default.
+  // NORMKIT_PARAMS_SMEM=0: the RMSNorm forward's clustered rows of 16-bit x and weight
+  // read weight and bias from global memory in the epilogue, as before
+  // RowPlan::params_smem; on by default.
   bool params_smem = true;
   // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
   // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
