@@ -396,6 +396,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // registers too (odd N=4097 with db spilled 16-32 bytes under 80, three CTAs per
   // SM; ptxas sm_80/sm_90a/sm_100a).
   if (p.smem_sums && p.vec == 1) regs_needed += 16;
+  // Register-resident backward rows that hold dresidual_out's vectors through the
+  // reduction (norm_bwd_kernel's DRO_EARLY): their registers too (bf16 N=1024
+  // spilled 56 bytes under 80 without them, ptxas sm_90a).
+  if (in.backward && in.residual && p.regs && nk::backward_dro_early(in.n, in.x_bytes)) regs_needed += (owned * in.x_bytes / 2 + 7) / 8 * 8;
   if (p.async_rows) {
     const bool centered_many = in.center && (owned > p.vec || p.rows > 1);
     regs_needed = std::max<std::int64_t>(regs_needed, centered_many ? kAsyncMinRegsCentered : kAsyncMinRegs);
@@ -419,7 +423,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
   if (p.stash) p.min_blocks = by_smem;
   // The stash of fp32 rows with dresidual_out and a 16-bit dout: four CTAs' 64
-  // registers spilled 8-16 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
+  // registers spilled 8 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;

@@ -300,10 +300,10 @@ TEST_F(RmsNormKernelSweep, FewRowsResidualForwardCompilesWithoutSpills) {
 
 // Forward rows with a residual in CTAs under 1024 threads issue all of their loads
 // before storing residual_out (norm_fwd_kernel's BATCH_LOADS: 16-bit x and residual,
-// or several rows a CTA), and the backward of the same rows with dresidual_out (and
-// dresidual where its dtype differs): both norms, residuals in x's dtype and in fp32,
-// odd N, without spills (main spilled 12 bytes at bf16 N=1000 with fp32 dresidual).
-TEST_F(RmsNormKernelSweep, ResidualRowsCompileWithoutSpills) {
+// or several rows a CTA), and backward rows with dresidual_out load it before the
+// reduction (DRO_EARLY: fp32 rows, 16-bit rows from N=8192): both norms, residuals
+// in x's dtype and in fp32, odd N, without spills.
+TEST_F(RmsNormKernelSweep, ResidualRowsLoadingAtOnceCompileWithoutSpills) {
   int kernels = 0;
   for (const std::string target : {"sm_90a", "sm_80"})
   for (std::int64_t n : {256, 1000, 4096, 8192, 16384}) {

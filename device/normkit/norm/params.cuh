@@ -38,6 +38,12 @@ NK_HOST_DEVICE inline long long row_offset(const RowsParam& t, const RowsShape& 
   return (r / s.rows_inner) * t.stride_outer + (r % s.rows_inner) * t.stride_inner;
 }
 
+// Whether register-resident backward rows with dresidual_out load it before the
+// row's reduction (norm_bwd_kernel's DRO_EARLY); the host's plan then counts its
+// registers (rmsnorm_heuristics.cpp). Measured there: fp32 rows, and 16-bit rows
+// from N=8192.
+NK_HOST_DEVICE constexpr bool backward_dro_early(long long n, int x_bytes) { return x_bytes >= 4 || n >= 8192; }
+
 // Geometry of split rows (rmsnorm_bwd_split.cuh), shared by the kernels and the
 // host plan: a row of NV vectors is cut into column chunks of TPR * ITEMS
 // vectors; thread t of chunk c owns vectors c * TPR * ITEMS + k * TPR + t for

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   // Pass 1 (the row's dot product and dw/db sums, or the stash), the reduction,
   // then dx. Every thread of the CTA calls it (the reduction has barriers).
   auto finish_row = [&](const RowAt& at, const HRow& hb, const DRow& db, int stage = 0) {
-    const NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER> row{p, at.r, head_offset, at.rstd, at.mean};
+    const auto row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>::make(p, at.r, head_offset, at.rstd, at.mean);
     DotAccumulator<CENTER> dot;
     auto consume = [&](int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp) {
       const int col = t.column(k);
@@ -338,6 +338,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       }
     }
 
+    // Register-resident rows load dresidual_out before the reduction, all items at
+    // once: loaded next to each item's dx store, each load waited for the stores
+    // before it (they may alias), a memory round trip per item after the barrier.
+    // H200, M*N = 2^27, ratio to copy without -> with (9c0c39d -> 1702858, one run,
+    // docs/perf/h200-2026-11-30.md): RMSNorm fp32 N=256 0.852 -> 0.971, 8192 0.803 ->
+    // 0.994, bf16 N=16384 0.739 -> 0.893; LayerNorm fp32 N=4096 0.678 -> 0.873, bf16
+    // N=8192 0.693 -> 0.843. Its registers cost 16-bit rows below N=8192 CTAs per SM:
+    // LayerNorm bf16 N=256 0.812 -> 0.746, RMSNorm bf16 N=4096 0.868 -> 0.815. As
+    // limited here (a1a09e4 -> b7e2621, one run): RMSNorm fp32 N=1024 0.823 -> 0.959,
+    // 8192 0.801 -> 0.994, bf16 N=16384 0.742 -> 0.899; LayerNorm fp32 N=256 0.847 ->
+    // 0.984, 4096 0.679 -> 0.872, bf16 N=8192 0.694 -> 0.836; 16-bit rows below N=8192
+    // within 1 % or better (LayerNorm bf16 N=4096 0.682 -> 0.703).
+    constexpr bool DRO_EARLY = Cfg::REGS && !is_none<DRO> && backward_dro_early(Cfg::N, sizeof(X) > sizeof(DY) ? sizeof(X) : sizeof(DY));
+    typename decltype(row)::DroPacked dro_early[DRO_EARLY ? Cfg::ITEMS : 1];
+    if constexpr (DRO_EARLY) {
+      for_each_item<Cfg>([&](int k) {
+        if (at.active && t.owns(k)) dro_early[k] = row.load_dro(t.column(k));
+      });
+    }
+
     // LayerNorm's two sums in one reduction: one set of barriers per row.
     float sums[CENTER ? 2 : 1];
     sums[0] = dot.gx;
@@ -359,7 +379,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       } else {
         row.expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
       }
-      row.store_dx(col, xh, g, means);
+      if constexpr (DRO_EARLY) {
+        row.store_dx(col, xh, g, means, dro_early[k]);
+      } else {
+        row.store_dx(col, xh, g, means);
+      }
     });
   };
 

@@ -36,13 +36,28 @@ template <int VEC, class X, class W, class DY, class DRO, class DX, class DR, bo
 struct NormBwdRow {
   static constexpr bool kCenter = CENTER;
   const NormBwdParams& p;
-  long long r;            // batch row
   long long head_offset;  // first element of the row's weight row ((r % heads) * N)
   float rstd;
   float mean;             // CENTER only
+  // Batch row r's dresidual_out, dx and dresidual, found once: found at each
+  // vector, their row offsets (a division) were found again after every store,
+  // the stores possibly aliasing the parameters.
+  const DRO* dro_row;
+  DX* dx_row;
+  DR* dr_row;
 
+  __device__ static NormBwdRow make(const NormBwdParams& p, long long r, long long head_offset, float rstd,
+                                    float mean) {
+    return NormBwdRow{p,
+                      head_offset,
+                      rstd,
+                      mean,
+                      is_none<DRO> ? nullptr : row_ptr<DRO>(p.dresidual_out, p.shape, r),
+                      is_none<DX> ? nullptr : row_ptr_mut<DX>(p.dx, p.shape, r),
+                      is_none<DR> ? nullptr : row_ptr_mut<DR>(p.dresidual, p.shape, r)};
+  }
   __device__ static NormBwdRow make(const NormBwdParams& p, long long r, long long head_offset) {
-    return NormBwdRow{p, r, head_offset, p.rstd[r], CENTER ? p.mean[r] : 0.f};
+    return make(p, r, head_offset, p.rstd[r], CENTER ? p.mean[r] : 0.f);
   }
 
   // xhat, g and dout of the vector at column `col` from its stored values.
@@ -58,20 +73,30 @@ struct NormBwdRow {
     }
   }
 
-  // dx (and dresidual) of the vector at `col`, given the row's means.
+  // dresidual_out's vector at `col`, raw (nothing without one).
+  using DroPacked = Packed<typename or_type<DRO, float>::type, VEC>;
+  __device__ __forceinline__ DroPacked load_dro(int col) const {
+    DroPacked v{};
+    if constexpr (!is_none<DRO>) v = load_packed<VEC>(dro_row + col);
+    return v;
+  }
+
+  // dx (and dresidual) of the vector at `col`, given the row's means and
+  // dresidual_out's vector there.
   __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                           const RowDots& dots) const {
+                                           const RowDots& dots, const DroPacked& dro) const {
     float dx[VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) dx[i] = rstd * ((CENTER ? g[i] - dots.g_mean : g[i]) - xh[i] * dots.gx_mean);
-    if constexpr (!is_none<DRO>) {
-      float dro[VEC];
-      load_vec<VEC>(row_ptr<DRO>(p.dresidual_out, p.shape, r) + col, dro);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) dx[i] += dro[i];
+    for (int i = 0; i < VEC; ++i) {
+      dx[i] = rstd * ((CENTER ? g[i] - dots.g_mean : g[i]) - xh[i] * dots.gx_mean);
+      if constexpr (!is_none<DRO>) dx[i] += to_float(dro.v[i]);
     }
-    store_vec<VEC>(row_ptr_mut<DX>(p.dx, p.shape, r) + col, dx);
-    if constexpr (!is_none<DR>) store_vec<VEC>(row_ptr_mut<DR>(p.dresidual, p.shape, r) + col, dx);
+    store_vec<VEC>(dx_row + col, dx);
+    if constexpr (!is_none<DR>) store_vec<VEC>(dr_row + col, dx);
+  }
+  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                           const RowDots& dots) const {
+    store_dx(col, xh, g, dots, load_dro(col));
   }
 };
 
