@@ -230,9 +230,25 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 0.698 -> 0.642 and 0.689 -> 0.661. Not measured: sm_80, RMSNorm with db.
     const bool ring_rows_db = in.dbias && in.center && in.async_rows_allowed && in.arch >= 90 && in.x_bytes == 2 &&
                               in.dout_bytes == in.x_bytes && p.vec * in.x_bytes == 16;
-    tpr = threads_for(in.dbias && !(ring_rows_db && threads_for(8) == 512) ? 8 : 16);
+    // fp32 rows with db where 8 columns a thread need more than 512 threads (N=8192)
+    // take 16 and stay in registers instead of the stash (110 registers). H200,
+    // a1a09e4 -> b7e2621 in one run: LayerNorm fp32 N=8192 with dw and db 0.581 ->
+    // 0.918x copy (Liger 0.896), with dresidual_out 0.569 -> 0.993.
+    const bool fp32_db_regs = in.dbias && in.x_bytes == 4 && threads_for(8) > 512 && threads_for(16) <= 512;
+    tpr = threads_for(in.dbias && !(ring_rows_db && threads_for(8) == 512) && !fp32_db_regs ? 8 : 16);
     tpr_max = 512;
-    if (tpr > tpr_max && plan_few_rows(in, tpr, tpr_max, p)) {
+    // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
+    // cluster of two holds the row and the sums, instead of the stash (98-104
+    // registers). H200, a1a09e4 -> b7e2621 in one run: 0.540 -> 0.718x copy (Liger
+    // 0.627), with dresidual_out 0.601 -> 0.816.
+    const bool fp32_pair = in.x_bytes == 4 && in.arch >= 90 && in.param_grads && tpr > tpr_max &&
+                           next_pow2((tpr + tpr_max - 1) / tpr_max) == 2;
+    if (tpr > tpr_max && (plan_few_rows(in, tpr, tpr_max, p) || fp32_pair)) {
+      if (fp32_pair) {
+        p.cluster = 2;
+        p.regs = true;
+        p.row_sums = true;
+      }
       tpr = tpr_max;  // the cluster holds the row, dw/db sums included
     } else if (tpr > tpr_max) {
       // Longer rows: registers go to the row alone (128 bytes of h + dout per
