@@ -92,7 +92,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   constexpr bool SHIFT = false;
 #else
-  constexpr bool SHIFT = CENTER && Cfg::CLUSTER > 1;
+  // Also rows of one 1024-thread CTA (N=32768 for 16-bit rows), where one CTA per SM
+  // leaves no other to cover the second reduction's barrier. H200, a1a09e4 ->
+  // b7e2621 in one run: LayerNorm bf16 N=32768 0.688 -> 0.731x copy, with a residual
+  // 0.767 -> 0.782; fp32 N=32768 0.834 -> 0.848 (with a residual 0.796 -> 0.790).
+  constexpr bool SHIFT = CENTER && (Cfg::CLUSTER > 1 || Cfg::THREADS == 1024);
 #endif
   static_assert(!SHIFT || Cfg::ROWS == 1, "one row per cluster: its CTAs make one decision on the same sums");
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, SHIFT ? 2 : 1> reduce_storage;
