@@ -337,9 +337,15 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // ring (8e1deac): RMSNorm N=4096 0.77 -> 0.84, N=8192 0.71 -> 0.80 (with a
   // residual 0.81 -> 0.86 and 0.77 -> 0.75, within this machine's run-to-run
   // noise of ~0.05), LayerNorm N=2048 0.58 -> 0.67, N=4096 0.52 -> 0.60.
+  // Except LayerNorm rows with db of 16 columns a thread (N=4096 on sm_90, above)
+  // without dresidual_out: the register pipeline, two CTAs of 128 registers, measured
+  // 0.659 -> 0.697x copy against the ring (H200, bf16, one run of the NORMKIT_XPLAN
+  // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md).
+  const bool ln_db16_pipeline = in.center && in.dbias && !in.residual && in.arch >= 90 && p.rows == 1 &&
+                                in.n == std::int64_t{p.tpr} * 16 && p.prefetch;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&
-      (one_wide_row || in.center || in.residual) && in.async_rows_allowed &&
+      (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !ln_db16_pipeline &&
       in.arch >= 80 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && in.dout_bytes == in.x_bytes) {
     p.prefetch = false;
     p.async_rows = true;
@@ -434,6 +440,22 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // EARLY_PARAMS): RMSNorm fp32 M=1-128 N=4096-8192 4.9-5.9 -> 2.4-3.6 us, with a
   // residual 8.2-8.8 -> 3.0-5.3; LayerNorm bf16 4.0-4.5 -> 2.7-3.3.
   if (p.early_params) p.min_blocks = 1;
+  // RMSNorm's 16-bit backward rows without dresidual_out hold h, dout and dw sums in
+  // fewer registers than the estimate above counts (ptxas: 69-72 where it allows 102):
+  // more CTAs per SM, as the NORMKIT_XPLAN sweep measured (H200, bf16, one run at
+  // 9dc2034, ratio to copy; docs/perf/h200-2026-11-30b.md): 128-thread CTAs of the
+  // register rows 5 -> 7 per SM, N=256 0.872 -> 0.928, 1024 0.812 -> 0.861 (6 alike),
+  // 2048 0.798 -> 0.881; rows of the cp.async ring at 64 registers, N=4096 (256
+  // threads) 3 -> 4 CTAs 0.789 -> 0.813, N=8192 (512 threads) 1 -> 2 0.777 -> 0.804.
+  // ptxas fits them in 64-73 registers without spills. Not measured: sm_80 (kept), rows
+  // with dresidual_out (RMSNorm N=1024: 6 -> 7 CTAs 0.823 -> 0.824); not rows with db
+  // (a second sum: fp16 N=4096 spilled 40 bytes under two 512-thread CTAs, sm_90a).
+  if (in.backward && !in.center && !in.residual && !in.dbias && in.arch >= 90 && in.x_bytes == 2 && p.regs && p.row_sums &&
+      !p.smem_sums && p.cluster == 1 && p.vec * in.x_bytes == 16) {
+    if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
+    if (p.async_rows && p.rows == 1 && (p.threads() == 256 || p.threads() == 512))
+      p.min_blocks = static_cast<int>(65536 / (p.threads() * 64));
+  }
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
