@@ -340,7 +340,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // Except LayerNorm rows with db of 16 columns a thread (N=4096 on sm_90, above)
   // without dresidual_out: the register pipeline, two CTAs of 128 registers, measured
   // 0.659 -> 0.697x copy against the ring (H200, bf16, one run of the NORMKIT_XPLAN
-  // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md).
+  // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md); A/B bench 0.679 -> 0.722.
   const bool ln_db16_pipeline = in.center && in.dbias && !in.residual && in.arch >= 90 && p.rows == 1 &&
                                 in.n == std::int64_t{p.tpr} * 16 && p.prefetch;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
@@ -445,16 +445,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // more CTAs per SM, as the NORMKIT_XPLAN sweep measured (H200, bf16, one run at
   // 9dc2034, ratio to copy; docs/perf/h200-2026-11-30b.md): 128-thread CTAs of the
   // register rows 5 -> 7 per SM, N=256 0.872 -> 0.928, 1024 0.812 -> 0.861 (6 alike),
-  // 2048 0.798 -> 0.881; rows of the cp.async ring at 64 registers, N=4096 (256
-  // threads) 3 -> 4 CTAs 0.789 -> 0.813, N=8192 (512 threads) 1 -> 2 0.777 -> 0.804.
-  // ptxas fits them in 64-73 registers without spills. Not measured: sm_80 (kept), rows
-  // with dresidual_out (RMSNorm N=1024: 6 -> 7 CTAs 0.823 -> 0.824); not rows with db
-  // (a second sum: fp16 N=4096 spilled 40 bytes under two 512-thread CTAs, sm_90a).
+  // 2048 0.798 -> 0.881; the ring's one-row 512-thread CTAs (N=8192) at 64 registers
+  // 1 -> 2 per SM, 0.777 -> 0.804. Confirmed by the A/B bench (9dc2034 -> 97b8060):
+  // N=256 0.889 -> 0.937, 1024 0.825 -> 0.912, 2048 0.811 -> 0.911, 8192 0.793 ->
+  // 0.824; its 256-thread CTAs (N=4096) 3 -> 4 measured 0.789 -> 0.813 in the sweep
+  // but 0.835 -> 0.831 there, and keep 3. ptxas fits them in 64-73 registers without
+  // spills. Not measured: sm_80 (kept), rows with dresidual_out (RMSNorm N=1024: 6 ->
+  // 7 CTAs 0.823 -> 0.824). Not rows with db (a second sum: fp16 N=4096 spilled 40
+  // bytes under two 512-thread CTAs, sm_90a).
   if (in.backward && !in.center && !in.residual && !in.dbias && in.arch >= 90 && in.x_bytes == 2 && p.regs && p.row_sums &&
       !p.smem_sums && p.cluster == 1 && p.vec * in.x_bytes == 16) {
     if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
-    if (p.async_rows && p.rows == 1 && (p.threads() == 256 || p.threads() == 512))
-      p.min_blocks = static_cast<int>(65536 / (p.threads() * 64));
+    if (p.async_rows && p.rows == 1 && p.threads() == 512) p.min_blocks = 2;
   }
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =

@@ -183,8 +183,8 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
 
 // RMSNorm's 16-bit backward rows without dresidual_out take more CTAs per SM on
 // sm_90 than the register estimate gives (measured; ptxas fits them without spills,
-// RmsNormKernelSweep): seven 128-thread CTAs of register rows, 64 registers for the
-// ring's one-row CTAs. sm_80 and rows with dresidual_out keep the estimate.
+// RmsNormKernelSweep): seven 128-thread CTAs of register rows, two 512-thread CTAs
+// of the ring (64 registers). sm_80 and rows with dresidual_out keep the estimate.
 TEST(RmsNormPlan, RmsNormSixteenBitBackwardRowsTakeMoreCtasOnSm90) {
   for (std::int64_t n : {256, 512, 1024, 2048}) {
     const RowPlan p = plan_bwd(plain_bwd_spec(n), 8, 90);
@@ -195,9 +195,9 @@ TEST(RmsNormPlan, RmsNormSixteenBitBackwardRowsTakeMoreCtasOnSm90) {
     res.dresidual_out = bf16;
     EXPECT_LT(plan_bwd(res, 8, 90).min_blocks, 7) << n;
   }
-  const RowPlan p4096 = plan_bwd(plain_bwd_spec(4096), 8, 90);
+  const RowPlan p4096 = plan_bwd(plain_bwd_spec(4096), 8, 90);  // measured no faster with 4
   EXPECT_TRUE(p4096.async_rows) << p4096.str();
-  EXPECT_EQ(p4096.min_blocks, 4) << p4096.str();
+  EXPECT_EQ(p4096.min_blocks, 3) << p4096.str();
   const RowPlan p8192 = plan_bwd(plain_bwd_spec(8192), 8, 90);
   EXPECT_TRUE(p8192.async_rows) << p8192.str();
   EXPECT_EQ(p8192.min_blocks, 2) << p8192.str();
