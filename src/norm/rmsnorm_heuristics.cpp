@@ -198,6 +198,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const bool fp32_with_residual = !in.backward && in.x_bytes == 4 && in.residual && in.arch >= 90;
   std::int64_t tpr;
   int tpr_max;
+  bool ring_db16 = false;  // backward: ring_rows_db's rows of 16 columns a thread (below)
   if (!in.backward) {
     // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
     // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
@@ -235,7 +236,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // a1a09e4 -> b7e2621 in one run: LayerNorm fp32 N=8192 with dw and db 0.581 ->
     // 0.918x copy (Liger 0.896), with dresidual_out 0.569 -> 0.993.
     const bool fp32_db_regs = in.dbias && in.x_bytes == 4 && threads_for(8) > 512 && threads_for(16) <= 512;
-    tpr = threads_for(in.dbias && !(ring_rows_db && threads_for(8) == 512) && !fp32_db_regs ? 8 : 16);
+    ring_db16 = ring_rows_db && threads_for(8) == 512;
+    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs ? 8 : 16);
     tpr_max = 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104
@@ -341,8 +343,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // without dresidual_out: the register pipeline, two CTAs of 128 registers, measured
   // 0.659 -> 0.697x copy against the ring (H200, bf16, one run of the NORMKIT_XPLAN
   // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md); A/B bench 0.679 -> 0.722.
-  const bool ln_db16_pipeline = in.center && in.dbias && !in.residual && in.arch >= 90 && p.rows == 1 &&
-                                in.n == std::int64_t{p.tpr} * 16 && p.prefetch;
+  const bool ln_db16_pipeline = ring_db16 && !in.residual && p.prefetch;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&
       (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !ln_db16_pipeline &&
