@@ -245,8 +245,16 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 0.627), with dresidual_out 0.601 -> 0.816.
     const bool fp32_pair = in.x_bytes == 4 && in.arch >= 90 && in.param_grads && tpr > tpr_max &&
                            next_pow2((tpr + tpr_max - 1) / tpr_max) == 2;
-    if (tpr > tpr_max && (plan_few_rows(in, tpr, tpr_max, p) || fp32_pair)) {
-      if (fp32_pair) {
+    // EXPERIMENT (not run on a GPU): 16-bit rows with dw alone at 32 columns a thread
+    // over a pair of 512-thread CTAs (RMSNorm N=32768), the state of the fp32 pair
+    // (128 bytes of h and dout, dw sums), instead of the split kernels' second read
+    // of h and dout (0.518x copy at 98add70). Not with dresidual_out (its early
+    // load would add 64 bytes a thread).
+    const bool pair16 = in.x_bytes == 2 && in.arch >= 90 && in.param_grads && !in.dbias && !in.residual &&
+                        tpr > tpr_max && threads_for(32) == 2 * tpr_max;
+    const bool few_rows_cluster = tpr > tpr_max && plan_few_rows(in, tpr, tpr_max, p);
+    if (few_rows_cluster || (tpr > tpr_max && (fp32_pair || pair16))) {
+      if (!few_rows_cluster) {
         p.cluster = 2;
         p.regs = true;
         p.row_sums = true;

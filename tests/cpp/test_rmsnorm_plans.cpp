@@ -99,9 +99,9 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
   off.smem_sums_allowed = false;
   EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
   EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
-  off.n = 32768;
+  off.n = 32768;  // the pair of CTAs, whose sums are in registers (below)
   EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
-  EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
+  EXPECT_TRUE(plan_bwd(off, 8, 90).row_sums && plan_bwd(off, 8, 90).regs);
 }
 
 // LayerNorm's synced kernel carries two chunk sums: two CTAs per SM (three
@@ -233,7 +233,19 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").row_sums);
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a").stash);
-  for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, bf16, true}, {32768L, f32, false}}) {
+  // 16-bit rows with dw alone up to N=32768: a pair of 512-thread CTAs holding 32
+  // columns a thread and their dw sums in registers; not with db or dresidual_out.
+  for (const DType x : {bf16, f16}) {
+    const RowPlan pair = plan(32768, x, true, false, "sm_90a", 8, true);
+    EXPECT_TRUE(pair.regs && pair.row_sums && !pair.stash && !pair.split) << pair.str();
+    EXPECT_EQ(pair.cluster, 2) << pair.str();
+    EXPECT_EQ(pair.tpr, 512) << pair.str();
+    EXPECT_TRUE(plan(32768, x, true, true, "sm_90a", 8, true).stash);  // with db
+    RmsBwdSpec res = plain_bwd_spec(32768, x);
+    res.dresidual_out = x;
+    EXPECT_TRUE(plan_bwd(res, 8, 90).stash) << plan_bwd(res, 8, 90).str();
+  }
+  for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
     EXPECT_TRUE(p.stash) << n << " " << p.str();
     EXPECT_FALSE(p.regs || p.split || p.row_sums) << n << " " << p.str();
