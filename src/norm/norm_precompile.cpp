@@ -90,8 +90,11 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
       if (o.entry == k->entry && o.source == k->source) return;
     out.push_back(std::move(*k));
   };
-  for (const bool few_rows : {false, true}) {
+  // Per-head calls (many_heads) may plan otherwise too (no wait in split rows).
+  for (const bool few_rows : {false, true})
+  for (const bool many_heads : {false, true}) {
     s.few_rows = few_rows;
+    s.many_heads = many_heads;
     s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);
     detail::RmsBwdSources sources = detail::bwd_sources(s);
     add(std::move(sources.rows));

@@ -212,13 +212,14 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   const rt::CallSwitches switches = runtime.switches();
   spec.smem_sums_allowed = switches.smem_sums;
   spec.async_rows_allowed = switches.async_rows;
+  spec.many_heads = a.heads > 1;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
                     dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
                         dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
                         dtype_code(spec.dresidual) << 20 | dtype_code(spec.dbias) << 24,
-                    (spec.few_rows ? 1 : 0) | (spec.center ? 2 : 0)};
+                    (spec.few_rows ? 1 : 0) | (spec.center ? 2 : 0) | (spec.many_heads ? 4 : 0)};
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
@@ -259,8 +260,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
                   static_cast<std::size_t>(a.shape.n);
   // Chunk sums of g * xhat, and of g for LayerNorm (NormBwdParams::row_dot_partial).
   l.dot_floats = (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
-  // Synced plans: the ticket and per-row counters after the chunk sums.
-  l.sync_words = plan.synced && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
+  // Synced and waiting plans: the ticket (synced) and per-row counters after the chunk sums.
+  l.sync_words = (plan.synced || plan.wait_dots) && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
   l.workspace = (l.sums_floats + l.dot_floats + l.sync_words) * sizeof(float);
   return l;
 }
@@ -339,11 +340,21 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
         runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
         runtime.launch(l.kernels.rows, per_chunk, args);
       } else {
-        // Then dx (and dw/db) per chunk, for a strided set of rows per CTA.
-        runtime.launch(l.kernels.row_dots, per_chunk, args);
+        // Then dx (and dw/db) per chunk, for a strided set of rows per CTA; with
+        // wait_dots that kernel exchanges the chunk sums itself (counters at zero).
         rt::LaunchConfig rows = per_chunk;
         rows.grid.x = checked_grid(l.chunks * l.row_ctas, kind.bwd_name);
         rows.grid.y = static_cast<unsigned>(a.heads);
+        if (plan.wait_dots) {
+          // The dw/db running sums in shared memory (norm_bwd_split_kernel's SUMS_SMEM).
+          const unsigned sums = (dweight_partial != nullptr ? 1u : 0u) + (dbias_partial != nullptr ? 1u : 0u);
+          rows.shared_bytes = sums * static_cast<unsigned>(plan.split_items * plan.vec * plan.tpr) * 4u;
+          p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
+          p.sync_timeout_ns = runtime.switches().sync_timeout_us * 1000ull;
+          runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
+        } else {
+          runtime.launch(l.kernels.row_dots, per_chunk, args);
+        }
         runtime.launch(l.kernels.rows, rows, args);
       }
     } else {

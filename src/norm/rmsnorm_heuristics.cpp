@@ -115,11 +115,27 @@ constexpr int kSyncedBlocksCentered = 2;
 
 void plan_split(const RowPlanInputs& in, RowPlan& p) {
   p.split = true;
-  p.split_items = in.dbias ? 2 : 4;
   p.regs = false;
   p.row_sums = true;  // the dx kernel sums dw/db: no column pass
   p.cluster = 1;
   p.synced = !in.param_grads;
+  // fp32 rows with dw/db: the dx kernel's CTAs exchange the chunk sums themselves
+  // (norm_bwd_split_kernel's WAIT), as the synced kernel does without them, so h and
+  // dout are read once instead of twice. H200, M*N = 2^27, ratio to copy, the two
+  // kernels -> WAIT (A/B a487a62 -> 4c84db3 in one run, docs/perf/h200-2026-11-30c.md):
+  // RMSNorm fp32 N=32768 0.575 -> 0.650, 65536 0.568 -> 0.616, 131072 0.562 ->
+  // 0.594; LayerNorm 0.475 -> 0.576, 0.537 -> 0.563, 0.424 -> 0.544; with
+  // dresidual_out RMSNorm 0.654 -> 0.674, 0.646 -> 0.648, 0.647 -> 0.635, LayerNorm
+  // 0.588 -> 0.628, 0.592 -> 0.608, 0.502 -> 0.603. Not at N=262144 (RMSNorm 0.553 ->
+  // 0.513, LayerNorm 0.474 -> 0.444) and not 16-bit rows, which wait with two vectors
+  // a thread (at four, with the sums in shared memory, bf16 rows with fp32 weights
+  // spilled 32-64 bytes under 128 registers): half the bytes in flight, and RMSNorm
+  // bf16 N=65536-262144 lost 0.568-0.550 -> 0.389-0.322 (LayerNorm 0.422-0.376 ->
+  // 0.332-0.279).
+  p.wait_dots = in.param_grads && !in.many_heads && in.x_bytes == 4 && in.n <= 131072;
+  // Two vectors a thread with db (two sums in registers) where the sums stay in
+  // registers; WAIT keeps them in shared memory.
+  p.split_items = in.dbias && !p.wait_dots ? 2 : 4;
 }
 
 // Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on
@@ -142,6 +158,8 @@ bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, 
 }  // namespace
 
 RowPlan fit_to_device(RowPlan p, std::int64_t n, int sm_count) {
+  // A part's CHUNKS CTAs wait for each other: all of them resident at once.
+  if (p.wait_dots && split_chunks(n, p) > static_cast<std::int64_t>(sm_count) * p.min_blocks) p.wait_dots = false;
   if (p.synced && split_chunks(n, p) > static_cast<std::int64_t>(sm_count) * p.min_blocks) {
     p.synced = false;
     p.min_blocks = kSplitBlocks;
@@ -154,6 +172,7 @@ std::string RowPlan::str() const {
          " cluster=" + std::to_string(cluster) + " regs=" + std::to_string(regs ? 1 : 0) +
          " row_sums=" + std::to_string(row_sums ? 1 : 0) + " stash=" + std::to_string(smem_bytes) +
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
+         (wait_dots ? " wait" : "") +
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
          (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") +
          " minb=" + std::to_string(min_blocks);

@@ -26,6 +26,11 @@ struct RowPlan {
   // Split rows without dw/db: one kernel that waits for its row's chunk sums
   // (norm_bwd_synced_kernel), h and dout read once.
   bool synced = false;
+  // Split rows with dw/db: the dx kernel's CTAs of one part exchange each row's
+  // chunk sums and wait for each other (norm_bwd_split_kernel's WAIT) instead of
+  // a kernel that computes them first: h and dout read once. Needs the part's
+  // CTAs resident together (fit_to_device) and one head (RowPlanInputs::many_heads).
+  bool wait_dots = false;
   // Backward, register-resident rows: a persistent CTA loads its next row while it
   // finishes the current one (two register sets; norm_bwd_kernel's PREFETCH).
   bool prefetch = false;
@@ -86,6 +91,9 @@ struct RowPlanInputs {
   int weight_bytes = 0;
   int bias_bytes = 0;
   bool params_smem_allowed = true;
+  // Backward: the call has per-head weights (heads > 1), whose parts multiply the
+  // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
+  bool many_heads = false;
 };
 
 // Backward calls up to this many elements count as few rows (RowPlanInputs).

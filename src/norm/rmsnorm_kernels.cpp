@@ -100,12 +100,13 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
                                                  s.dresidual ? dtype_size(*s.dresidual) : 0));
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
+  in.many_heads = s.many_heads;
   return plan_rows(in);
 }
 
 RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
   RmsBwdSources out{bwd_source(s), std::nullopt, std::nullopt, std::nullopt};
-  if (s.plan.split && !s.plan.synced) {
+  if (s.plan.split && !s.plan.synced && !s.plan.wait_dots) {
     std::ostringstream e;
     e << "nk::norm_bwd_dot_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << flag(s.center) << ">";
@@ -149,7 +150,7 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     e << "nk::norm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
       << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
-      << flag(s.center) << ">";
+      << flag(s.center) << ", " << flag(s.plan.wait_dots) << ">";
     return make(family(s.center, "_bwd_split"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
   }
   e << "nk::norm_bwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "

@@ -39,6 +39,7 @@ struct RmsBwdSpec {
   bool center = false;          // LayerNorm
   bool smem_sums_allowed = true;  // RowPlanInputs::smem_sums_allowed (NORMKIT_SMEM_SUMS)
   bool async_rows_allowed = true;  // RowPlanInputs::async_rows_allowed (NORMKIT_ASYNC_ROWS)
+  bool many_heads = false;         // RowPlanInputs::many_heads (per-head weights)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

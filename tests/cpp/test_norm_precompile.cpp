@@ -67,7 +67,8 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
     return fwd;
   }
   std::vector<std::string> entries;
-  for (const bool few_rows : {false, true}) {
+  for (const bool few_rows : {false, true})
+  for (const bool many_heads : {false, true}) {  // per-head calls: no wait in split rows
     RmsBwdSpec s;
     s.n = v.n;
     s.x = v.x;
@@ -78,6 +79,7 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
     s.dresidual = v.residual_out;
     s.dbias = v.bias;
     s.few_rows = few_rows;
+    s.many_heads = many_heads;
     s.center = center;
     s.smem_sums_allowed = smem_sums;
     s.async_rows_allowed = async_rows;

@@ -122,9 +122,11 @@ TEST_P(RmsNormKernels, ForwardVariantsCompileWithoutSpills) {
 
 TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
   for (const BwdCase& c : kBwd) {
-   for (const bool few_rows : {false, true}) {
+   for (const bool few_rows : {false, true})
+   for (const bool many_heads : {false, true}) {  // split rows wait (one head) or take the dot kernel
     RmsBwdSpec s;
     s.few_rows = few_rows;
+    s.many_heads = many_heads;
     s.n = c.n;
     s.x = c.x;
     s.weight = c.weight;
@@ -140,7 +142,8 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     expect_clean(k.rows, what);
     EXPECT_EQ(k.columns.has_value(), !s.plan.row_sums && (c.weight || c.dbias)) << what;
     if (k.columns) expect_clean(*k.columns, what + " (columns)");
-    EXPECT_EQ(k.row_dots.has_value(), s.plan.split && !s.plan.synced) << what;
+    EXPECT_EQ(k.row_dots.has_value(), s.plan.split && !s.plan.synced && !s.plan.wait_dots) << what;
+    EXPECT_EQ(s.plan.wait_dots, s.plan.split && !s.plan.synced && !many_heads) << what;
     EXPECT_EQ(s.plan.synced, s.plan.split && !c.weight && !c.dbias) << what;
     if (k.row_dots) expect_clean(*k.row_dots, what + " (row dots)");
     EXPECT_EQ(k.param_reduce.has_value(), c.weight || c.dbias) << what;

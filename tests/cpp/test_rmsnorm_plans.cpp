@@ -260,7 +260,8 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_TRUE(p.split) << n << " " << target << " " << p.str();
     EXPECT_TRUE(p.row_sums) << n << " " << p.str();
     EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
-    EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
+    // Four vectors a thread, two for 16-bit rows that wait (wait_dots, below).
+    EXPECT_EQ(p.split_items, p.wait_dots && x != f32 ? 2 : 4) << n << " " << p.str();
     // Without dw/db: one kernel that waits for the row's chunk sums, if the device
     // holds a row's chunks at once; else the two split kernels.
     EXPECT_EQ(p.synced, !grads) << n << " " << p.str();
@@ -273,7 +274,33 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
       EXPECT_TRUE(fit_to_device(p, n, too_few + 1).synced) << n;
     }
   }
-  EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);  // with db
+  // With db two vectors a thread (two sums in registers); rows that wait keep the
+  // sums in shared memory and take four.
+  EXPECT_EQ(plan(262144, bf16, true, true, "sm_90a", 8, true).split_items, 2);
+  EXPECT_EQ(plan(65536, f32, true, true, "sm_90a", 8, true).split_items, 4);
+  RmsBwdSpec db_heads = plain_bwd_spec(262144);
+  db_heads.dbias = bf16;
+  db_heads.many_heads = true;
+  EXPECT_EQ(plan_bwd(db_heads, 8, 90).split_items, 2);
+  // With dw/db the dx kernel's CTAs exchange the chunk sums (wait_dots: no dot
+  // kernel) where a part's chunks fit the device at once and the call has one head:
+  // fp32 rows up to N=131072, as measured (16-bit rows and N=262144 lost with it).
+  for (const auto& [n, x, dbias] : {std::tuple{131072L, bf16, false}, {262144L, f32, true}, {65536L, f16, true}}) {
+    EXPECT_FALSE(plan(n, x, true, dbias, "sm_90a", 8, true).wait_dots) << n;
+  }
+  for (const auto& [n, x, dbias] : {std::tuple{131072L, f32, false}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, false}}) {
+    const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
+    EXPECT_TRUE(p.split && p.wait_dots && !p.synced) << n << " " << p.str();
+    EXPECT_TRUE(fit_to_device(p, n, 132).wait_dots) << n;
+    const int too_few = static_cast<int>((split_chunks(n, p) - 1) / p.min_blocks);
+    EXPECT_FALSE(fit_to_device(p, n, too_few).wait_dots) << n;
+    EXPECT_TRUE(fit_to_device(p, n, too_few + 1).wait_dots) << n;
+    RmsBwdSpec heads = plain_bwd_spec(n, x);
+    if (dbias) heads.dbias = x;
+    heads.many_heads = true;
+    EXPECT_FALSE(plan_bwd(heads, 8, 90).wait_dots) << n;
+    EXPECT_FALSE(plan(n, x, true, dbias, "sm_90a", 8, false).wait_dots) << n;  // no dw/db: the synced kernel
+  }
   // Few rows with dw/db (host-bound calls) on sm_90: register-resident rows in a
   // cluster with the sums in registers (two launches), up to 8 CTAs; without
   // dw/db, without clusters or beyond 8 CTAs, the plans above.

@@ -398,6 +398,40 @@ def test_synced_kernel_timeout_path_gives_the_same_bits(xdt, m, n, monkeypatch):
     check("dx", waited, dx_ref)
 
 
+# The shapes take RowPlan::wait_dots (fp32 rows, N <= 131072; test_rmsnorm_plans.cpp).
+@pytest.mark.parametrize("xdt,m,n,bias", [(FP32, 16, 131072, False), (FP32, 8, 65539, True), (FP32, 64, 32768, False)],
+                         ids=["fp32-N131072", "fp32-N65539-db", "fp32-N32768"])
+def test_split_rows_with_dw_wait_and_timeout_path_give_the_same_bits(xdt, m, n, bias, monkeypatch):
+    # Long rows with dw (and db): the dx kernel's CTAs exchange each row's chunk sums
+    # and wait for each other (RowPlan::wait_dots). With NORMKIT_SYNC_TIMEOUT_US=0 the
+    # CTAs that find the sums incomplete compute them from memory: dx, dw and db must
+    # be bitwise what the waiting path gives, and right against float64.
+    import normkit
+    x, dout = rand((m, n), xdt), rand((m, n), xdt)
+    w = rand((n,), xdt) + 1.0
+    _, _, rstd = rmsnorm_fwd(x, w, eps=EPS, store_rstd=True)
+    waited = rmsnorm_bwd(x, w, dout, rstd, has_bias=bias)
+    monkeypatch.setenv("NORMKIT_SYNC_TIMEOUT_US", "0")
+    normkit._C.reload_config()
+    try:
+        for _ in range(2):
+            again = rmsnorm_bwd(x, w, dout, rstd, has_bias=bias)
+            for name, a, b in zip(("dx", "dw", "db"), waited[:3], again[:3]):
+                if a is not None:
+                    assert torch.equal(a, b), f"{name} differs on the timeout path"
+    finally:
+        monkeypatch.delenv("NORMKIT_SYNC_TIMEOUT_US")
+        normkit._C.reload_config()
+    for _ in range(2):  # the waiting path again: the same bits
+        assert torch.equal(rmsnorm_bwd(x, w, dout, rstd, has_bias=bias)[1], waited[1]), "dw differs between runs"
+    _, _, _, rstd_ref = ref_forward(x)
+    dx_ref, dw_ref, db_ref = ref_backward(x, w, dout, rstd_ref)
+    check("dx", waited[0], dx_ref)
+    check("dw", waited[1], dw_ref, atol_extra=DW_ATOL * m ** 0.5)
+    if bias:
+        check("db", waited[2], db_ref, atol_extra=DW_ATOL * m ** 0.5)
+
+
 @pytest.mark.parametrize("xdt,n", [(BF16, 1023), (FP32, 4097)], ids=["bf16-N1023", "fp32-N4097"])
 def test_no_writes_to_inputs_or_guards(xdt, n):
     # Every input of forward and backward (h included) is a strided, unaligned view

@@ -21,6 +21,11 @@
 // Without dw/db (nothing to sum across rows) both steps run in one kernel,
 // norm_bwd_synced_kernel, and h and dout are read once: a CTA keeps its chunk
 // in registers while it waits for the rest of its row's chunk sums (see there).
+// With dw/db, norm_bwd_split_kernel's WAIT does the same without kernel 1: the
+// CTAs of one part (one per chunk, the same rows in the same order) publish their
+// chunk sums of each row and wait for each other's, so h and dout are read once
+// and each CTA still sums dw/db for its columns over a fixed set of rows (the
+// partials, and so the result bits, do not depend on timing).
 #pragma once
 
 #include "normkit/common/pdl.cuh"
@@ -126,6 +131,62 @@ __device__ __forceinline__ float mean_of_chunk_sums(int lane, Load&& load) {
   return group_sum<32>(total) / static_cast<float>(Cfg::N);
 }
 
+// One thread spins until *count reaches `target` or timeout_ns pass; returns 1 on
+// timeout. The low 32 bits of the ns timer (wrapping every 4.3 s; the signed
+// difference to the deadline stays right for any timeout below 2^31 ns), one
+// register for the deadline: 64-bit timers, or start and now both live, cost the
+// registers that made the synced kernel spill at its 80-register cap.
+__device__ __forceinline__ int wait_for_count(const unsigned* count, unsigned target, unsigned timeout_ns) {
+  unsigned deadline;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
+  deadline += timeout_ns;
+  for (;;) {
+    unsigned seen;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+    if (seen >= target) return 0;
+    unsigned now;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
+    if (static_cast<int>(now - deadline) >= 0) return 1;
+    __nanosleep(100);
+  }
+}
+
+// Thread 0 of a CTA that waits (the synced kernel, and the dx kernel's WAIT):
+// writes its chunk's sums of row r, announces them in the row's counter and waits
+// until all CHUNKS have; 1 if it timed out. The sums are visible GPU-wide before
+// the count that announces them, and those of the others after the wait.
+template <class Cfg, bool CENTER>
+__device__ __forceinline__ int publish_and_wait(const NormBwdParams& p, long long r, int chunk,
+                                                const DotAccumulator<CENTER>& total) {
+  chunk_sums<Cfg>(p, r, 0)[chunk] = total.gx;
+  if constexpr (CENTER) chunk_sums<Cfg>(p, r, 1)[chunk] = total.g;
+  __threadfence();
+  unsigned* published = p.sync_counters + 1 + r;
+  atomicAdd(published, 1u);
+  const int timed_out = wait_for_count(published, static_cast<unsigned>(Cfg::CHUNKS), p.sync_timeout_ns);
+  __threadfence();
+  return timed_out;
+}
+
+// Chunk c's sums of row r read from memory one vector at a time, in the order and
+// with the arithmetic of ChunkRegs::dot and chunk_total (the same bits), for a CTA
+// that timed out waiting: one vector of registers instead of a second chunk.
+template <class Cfg, class X, class DY, class Row>
+__device__ DotAccumulator<Row::kCenter> chunk_total_from_memory(
+    const Row& row, const X* h, const DY* dy, int c, RowReduceStorage<1, Cfg::TPR, 1, Row::kCenter ? 2 : 1>& storage) {
+  DotAccumulator<Row::kCenter> sum;
+  for (int k = 0; k < Cfg::ITEMS; ++k) {
+    const int v = Cfg::vector(c, k);
+    if (!Cfg::in_row(v)) continue;
+    const Packed<X, Cfg::VEC> hp = load_packed<Cfg::VEC>(h + v * Cfg::VEC);
+    const Packed<DY, Cfg::VEC> dp = load_packed<Cfg::VEC>(dy + v * Cfg::VEC);
+    float xh[Cfg::VEC], g[Cfg::VEC], d[Cfg::VEC];
+    row.expand(v * Cfg::VEC, hp, dp, xh, g, d);
+    sum.add(xh, g);
+  }
+  return chunk_total<Cfg>(sum, storage);
+}
+
 template <class Cfg, class X, class W, class DY, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
@@ -144,10 +205,19 @@ __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdPar
   }
 }
 
-template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER>
+// WAIT: no kernel 1; the part's CTAs exchange each row's chunk sums (see the top).
+// They must be resident together: the host plans WAIT only where parts x CHUNKS CTAs
+// fit the device's min_blocks per SM (fit_to_device), one head. A CTA that waited
+// sync_timeout_ns for the others (a process given fewer SMs than the device has)
+// computes the row's other chunk sums itself from memory: the same bits.
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool WAIT>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
+  // WAIT only (a few hundred bytes otherwise unused).
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, CENTER ? 2 : 1> reduce_storage;
+  __shared__ float fallback_sums[CENTER ? 2 : 1][WAIT ? Cfg::CHUNKS : 1];
+  __shared__ int timed_out_shared;
   constexpr int ITEMS = Cfg::ITEMS;
   constexpr bool DW = !is_none<W>;
   const int chunk = static_cast<int>(blockIdx.x % Cfg::CHUNKS);
@@ -158,34 +228,83 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
   const long long rows_per_head = p.shape.rows / heads;
   const int lane = static_cast<int>(threadIdx.x) % 32;
 
-  float dw[DW ? ITEMS : 1][VEC], db[DBIAS ? ITEMS : 1][VEC];
+  // dw/db running sums of the thread's columns: in registers, or (WAIT, whose chunk
+  // stays in registers across the wait; with the sums there as well, 16-bit rows
+  // spilled 40-112 bytes under 128 registers) in the CTA's dynamic shared memory,
+  // one slot per (sum, item, element, thread), each thread touching only its own
+  // (no barrier; consecutive threads, consecutive words).
+  constexpr bool SUMS_SMEM = WAIT;
+  extern __shared__ float sums_smem[];
+  auto slot = [&](int sum, int k, int i) -> float& {
+    return sums_smem[((sum * ITEMS + k) * VEC + i) * Cfg::TPR + threadIdx.x];
+  };
+  constexpr int DB_SLOT = DW ? 1 : 0;
+  float dw[DW && !SUMS_SMEM ? ITEMS : 1][VEC], db[DBIAS && !SUMS_SMEM ? ITEMS : 1][VEC];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      if constexpr (DW) dw[k][i] = 0.f;
-      if constexpr (DBIAS) db[k][i] = 0.f;
+      if constexpr (SUMS_SMEM) {
+        if constexpr (DW) slot(0, k, i) = 0.f;
+        if constexpr (DBIAS) slot(DB_SLOT, k, i) = 0.f;
+      } else {
+        if constexpr (DW) dw[k][i] = 0.f;
+        if constexpr (DBIAS) db[k][i] = 0.f;
+      }
     }
 
   for (long long j = part; j < rows_per_head; j += parts) {
     const long long r = head + heads * j;
     ChunkRegs<Cfg, X, DY> regs;
-    regs.load(row_ptr<X>(p.x, p.shape, r), row_ptr<DY>(p.dout, p.shape, r), chunk);
+    const X* h_row = row_ptr<X>(p.x, p.shape, r);
+    const DY* dy_row = row_ptr<DY>(p.dout, p.shape, r);
+    regs.load(h_row, dy_row, chunk);
+    const auto row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>::make(p, r, head * Cfg::N);
+    float* gx_sums = chunk_sums<Cfg>(p, r, 0);
+    float* g_sums = chunk_sums<Cfg>(p, r, 1);
+    bool from_fallback = false;
+    if constexpr (WAIT) {
+      const DotAccumulator<CENTER> total = chunk_total<Cfg>(regs.dot(row, chunk), reduce_storage);
+      if (threadIdx.x == 0) timed_out_shared = publish_and_wait<Cfg>(p, r, chunk, total);
+      __syncthreads();
+      if (timed_out_shared) {
+        for (int c = 0; c < Cfg::CHUNKS; ++c) {
+          const DotAccumulator<CENTER> sums =
+              chunk_total_from_memory<Cfg, X, DY>(row, h_row, dy_row, c, reduce_storage);
+          if (threadIdx.x == 0) {
+            fallback_sums[0][c] = sums.gx;
+            if constexpr (CENTER) fallback_sums[CENTER ? 1 : 0][c] = sums.g;
+          }
+        }
+        __syncthreads();
+        from_fallback = true;
+      }
+    }
+    // The row's sums in chunk order: from kernel 1 or the part's other CTAs (L2,
+    // __ldcg: other SMs wrote them), or from this CTA's own fallback.
     RowDots means;
-    const float* gx_sums = chunk_sums<Cfg>(p, r, 0);
-    means.gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return gx_sums[c]; });
+    means.gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) {
+      if constexpr (WAIT) return from_fallback ? fallback_sums[0][c] : __ldcg(gx_sums + c);
+      return gx_sums[c];
+    });
     means.g_mean = 0.f;
     if constexpr (CENTER) {
-      const float* g_sums = chunk_sums<Cfg>(p, r, 1);
-      means.g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return g_sums[c]; });
+      means.g_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) {
+        if constexpr (WAIT) return from_fallback ? fallback_sums[CENTER ? 1 : 0][c] : __ldcg(g_sums + c);
+        return g_sums[c];
+      });
     }
-    const auto row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>::make(p, r, head * Cfg::N);
     regs.each(row, chunk, [&](int k, int col, const float (&xh)[VEC], const float (&g)[VEC], const float (&d)[VEC]) {
       row.store_dx(col, xh, g, means);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        if constexpr (DW) dw[k][i] += d[i] * xh[i];
-        if constexpr (DBIAS) db[k][i] += d[i];
+        if constexpr (SUMS_SMEM) {
+          if constexpr (DW) slot(0, k, i) += d[i] * xh[i];
+          if constexpr (DBIAS) slot(DB_SLOT, k, i) += d[i];
+        } else {
+          if constexpr (DW) dw[k][i] += d[i] * xh[i];
+          if constexpr (DBIAS) db[k][i] += d[i];
+        }
       }
     });
   }
@@ -197,8 +316,8 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
     if (!Cfg::in_row(v)) continue;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      if constexpr (DW) p.dweight_partial[base + v * VEC + i] = dw[k][i];
-      if constexpr (DBIAS) p.dbias_partial[base + v * VEC + i] = db[k][i];
+      if constexpr (DW) p.dweight_partial[base + v * VEC + i] = SUMS_SMEM ? slot(0, k, i) : dw[k][i];
+      if constexpr (DBIAS) p.dbias_partial[base + v * VEC + i] = SUMS_SMEM ? slot(DB_SLOT, k, i) : db[k][i];
     }
   }
 }
@@ -239,35 +358,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
   const DotAccumulator<CENTER> total = chunk_total<Cfg>(regs.dot(row, chunk), reduce_storage);
   float* gx_sums = chunk_sums<Cfg>(p, r, 0);
   float* g_sums = chunk_sums<Cfg>(p, r, 1);
-  if (threadIdx.x == 0) {
-    gx_sums[chunk] = total.gx;
-    if constexpr (CENTER) g_sums[chunk] = total.g;
-    __threadfence();  // the sums are visible GPU-wide before the count that announces them
-    unsigned* published = p.sync_counters + 1 + r;
-    atomicAdd(published, 1u);
-    unsigned seen;
-    // The low 32 bits of the ns timer (wrapping every 4.3 s; the signed difference
-    // to the deadline stays right for any timeout below 2^31 ns), one register for
-    // the deadline: 64-bit timers, or start and now both live, cost the registers
-    // that made this kernel spill at its 80-register cap.
-    unsigned deadline;
-    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
-    deadline += p.sync_timeout_ns;
-    int timed_out = 0;
-    for (;;) {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(published) : "memory");
-      if (seen >= static_cast<unsigned>(Cfg::CHUNKS)) break;
-      unsigned now;
-      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
-      if (static_cast<int>(now - deadline) >= 0) {
-        timed_out = 1;
-        break;
-      }
-      __nanosleep(100);
-    }
-    __threadfence();
-    timed_out_shared = timed_out;
-  }
+  if (threadIdx.x == 0) timed_out_shared = publish_and_wait<Cfg>(p, r, chunk, total);
   __syncthreads();
   if (!timed_out_shared) {
     // The row's sums in chunk order, read from L2 (__ldcg: other SMs wrote them).
