@@ -300,6 +300,9 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
   NK_CHECK(l.workspace == 0 || (a.workspace != nullptr && a.workspace_bytes >= l.workspace),
            kind.bwd_name, ": argument 'workspace' holds ", a.workspace_bytes, " bytes but ", l.workspace,
            " are needed (ask ", kind.bwd_name, "_workspace_bytes)");
+  // The kernels store the fp32 partials as 16-byte vectors (write_partial, rmsnorm_bwd.cuh).
+  NK_CHECK(l.workspace == 0 || reinterpret_cast<std::uintptr_t>(a.workspace) % 16 == 0, kind.bwd_name,
+           ": argument 'workspace' must be 16-byte aligned");
   NK_CHECK(a.heads <= 65535, kind.bwd_name, ": argument 'weight' has ", a.heads,
            " heads; at most 65535 are supported");
   const std::size_t per_sum = static_cast<std::size_t>(l.parts) * a.heads * a.shape.n;

@@ -294,6 +294,19 @@ TEST_P(RmsNormGpu, ForwardAndBackwardMatchTheCpuFallback) {
       EXPECT_EQ(ddb.download_checked(cdb.size(), 0, "dbias"), first_db) << "dbias differs on rerun";
     }
   }
+  // The partials are stored as 16-byte vectors: a workspace off that alignment is
+  // refused by name before any launch.
+  if (ws_bytes > 0) {
+    RmsNormBwdArgs off = ga;
+    off.workspace = static_cast<std::uint8_t*>(ws.data()) + 4;
+    try {
+      rmsnorm_bwd(off);
+      ADD_FAILURE() << "a workspace 4 bytes off 16-byte alignment was accepted";
+    } catch (const normkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("argument 'workspace' must be 16-byte aligned"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 namespace {

@@ -314,11 +314,15 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
   for (int k = 0; k < ITEMS; ++k) {
     const int v = Cfg::vector(chunk, k);
     if (!Cfg::in_row(v)) continue;
+    // VEC-wide stores into the aligned workspace (write_partial in rmsnorm_bwd.cuh).
+    float w_out[VEC], b_out[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      if constexpr (DW) p.dweight_partial[base + v * VEC + i] = SUMS_SMEM ? slot(0, k, i) : dw[k][i];
-      if constexpr (DBIAS) p.dbias_partial[base + v * VEC + i] = SUMS_SMEM ? slot(DB_SLOT, k, i) : db[k][i];
+      if constexpr (DW) w_out[i] = SUMS_SMEM ? slot(0, k, i) : dw[k][i];
+      if constexpr (DBIAS) b_out[i] = SUMS_SMEM ? slot(DB_SLOT, k, i) : db[k][i];
     }
+    if constexpr (DW) store_vec<VEC>(p.dweight_partial + base + v * VEC, w_out);
+    if constexpr (DBIAS) store_vec<VEC>(p.dbias_partial + base + v * VEC, b_out);
   }
 }
 

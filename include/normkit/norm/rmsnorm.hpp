@@ -61,7 +61,8 @@ struct RmsNormBwdArgs {
   void* dweight = nullptr;      // required when weight is present: (heads, N) in weight's dtype
   Param dbias;                  // optional: (heads, N) in its dtype; db = sum of dout
   float weight_offset = 0.f;
-  // Device data: scratch of rmsnorm_bwd_workspace_bytes() bytes (0 when that is 0).
+  // Device data: scratch of rmsnorm_bwd_workspace_bytes() bytes (0 when that is 0),
+  // 16-byte aligned (cudaMalloc and torch allocations are).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   Device device;
