@@ -190,6 +190,38 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
   return 1;
 }
 
+namespace {
+// fp32 backward rows in registers on sm_90 (h, dout and the sums in one CTA): ptxas
+// fits them in 64-121 registers where plan_rows' estimate counts 88-136, so more
+// CTAs per SM than the estimate allows, as measured: H200, M*N = 2^27, all fp32,
+// NORMKIT_XPLAN sweep at 04b667f (one run, ratio to copy, default -> this count;
+// docs/perf/h200-2026-11-30c.md):
+//   LayerNorm with dw and db: N=1024 (128 threads) 5 -> 6 CTAs 0.864 -> 0.925 (8:
+//   0.884); N=2048 (256) 2 -> 3 0.773 -> 0.928 (4: 0.908); N=4096 (512) 1 -> 2
+//   0.711 -> 0.955 (ptxas holds it in 64 registers, no spills). With dresidual_out:
+//   N=2048 2 -> 3 0.909 -> 0.987; N=4096 at 16 columns (256 threads) 2, 0.989.
+//   RMSNorm with dw and dresidual_out: N=1024 (two 64-thread rows) and 2048 (128
+//   threads) 3 -> 4, 0.940 -> 0.992 and 0.955 -> 0.998; N=4096 (256) 1 -> 2 0.795 ->
+//   0.971 (96 registers).
+// Returns 0 where nothing was measured (the estimate's count stands): sm_80, mixed
+// dtypes, LayerNorm without db, RMSNorm with db, N < 1024, LayerNorm fp32 N=16384's column pass
+// (5 -> 4 lost there, 0.516 -> 0.436).
+int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned) {
+  if (!in.backward || in.x_bytes != 4 || in.dout_bytes != 4 || in.arch < 90 || in.n < 1024 || !p.regs ||
+      !p.row_sums || p.smem_sums || p.cluster != 1 || p.async_rows || p.prefetch)
+    return 0;
+  const int threads = p.threads();
+  if (in.center && in.dbias) {
+    if (owned == 8 && !in.residual) return threads == 128 ? 6 : threads == 256 ? 3 : threads == 512 ? 2 : 0;
+    if (owned == 8 && threads == 256) return 3;
+    if (owned == 16 && threads == 256 && in.residual) return 2;
+    return 0;
+  }
+  if (!in.center && !in.dbias && in.residual && owned == 16) return threads == 128 ? 4 : threads == 256 ? 2 : 0;
+  return 0;
+}
+}  // namespace
+
 RowPlan plan_rows(const RowPlanInputs& in) {
   NK_CHECK(in.n >= 1, "plan_rows: n must be >= 1");
   RowPlan p;
@@ -255,8 +287,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // a1a09e4 -> b7e2621 in one run: LayerNorm fp32 N=8192 with dw and db 0.581 ->
     // 0.918x copy (Liger 0.896), with dresidual_out 0.569 -> 0.993.
     const bool fp32_db_regs = in.dbias && in.x_bytes == 4 && threads_for(8) > 512 && threads_for(16) <= 512;
+    // fp32 rows with db and dresidual_out where 8 columns a thread take a whole
+    // 512-thread CTA (N=4096) take 16 on sm_90: two 256-thread CTAs per SM (121
+    // registers) instead of one. H200, LayerNorm fp32 N=4096 with dw, db and
+    // dresidual_out, NORMKIT_XPLAN sweep at 04b667f (one run,
+    // docs/perf/h200-2026-11-30c.md): 0.860 -> 0.989x copy; two 512-thread CTAs of 8
+    // columns spilled 16 bytes (64 registers). Without dresidual_out the 512-thread
+    // CTAs fit two per SM (min_blocks below: 0.955, against 0.926 at 16 columns).
+    const bool fp32_db16_dro =
+        in.center && in.dbias && in.x_bytes == 4 && in.dout_bytes == 4 && in.residual && in.arch >= 90 &&
+        threads_for(8) == 512;
     ring_db16 = ring_rows_db && threads_for(8) == 512;
-    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs ? 8 : 16);
+    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro ? 8 : 16);
     tpr_max = 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104
@@ -264,11 +306,12 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 0.627), with dresidual_out 0.601 -> 0.816.
     const bool fp32_pair = in.x_bytes == 4 && in.arch >= 90 && in.param_grads && tpr > tpr_max &&
                            next_pow2((tpr + tpr_max - 1) / tpr_max) == 2;
-    // EXPERIMENT (not run on a GPU): 16-bit rows with dw alone at 32 columns a thread
-    // over a pair of 512-thread CTAs (RMSNorm N=32768), the state of the fp32 pair
-    // (128 bytes of h and dout, dw sums), instead of the split kernels' second read
-    // of h and dout (0.518x copy at 98add70). Not with dresidual_out (its early
-    // load would add 64 bytes a thread).
+    // 16-bit rows with dw alone at 32 columns a thread over a pair of 512-thread CTAs
+    // (RMSNorm N=32768), the state of the fp32 pair (128 bytes of h and dout, dw
+    // sums), instead of the stash and the column pass's second read of h and dout.
+    // H200, RMSNorm bf16 N=32768, A/B a487a62 -> 4c84db3 in one run: 0.510 -> 0.630x
+    // copy (docs/perf/h200-2026-11-30c.md). Not with dresidual_out (its early load
+    // would add 64 bytes a thread) or db (a second sum).
     const bool pair16 = in.x_bytes == 2 && in.arch >= 90 && in.param_grads && !in.dbias && !in.residual &&
                         tpr > tpr_max && threads_for(32) == 2 * tpr_max;
     const bool few_rows_cluster = tpr > tpr_max && plan_few_rows(in, tpr, tpr_max, p);
@@ -485,6 +528,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       !p.smem_sums && p.cluster == 1 && p.vec * in.x_bytes == 16) {
     if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
     if (p.async_rows && p.rows == 1 && p.threads() == 512) p.min_blocks = 2;
+  }
+  if (in.backward) {
+    const int fp32_blocks = fp32_backward_blocks(in, p, owned);
+    if (fp32_blocks > 0) p.min_blocks = fp32_blocks;
   }
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =

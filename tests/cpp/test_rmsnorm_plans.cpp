@@ -203,6 +203,38 @@ TEST(RmsNormPlan, RmsNormSixteenBitBackwardRowsTakeMoreCtasOnSm90) {
   EXPECT_EQ(p8192.min_blocks, 2) << p8192.str();
 }
 
+// fp32 backward rows in registers take the CTAs per SM measured on sm_90 (more than
+// the register estimate gives; ptxas fits them without spills, RmsNormKernelSweep),
+// LayerNorm N=4096 with db and dresidual_out at 16 columns a thread; sm_80 keeps the
+// estimate.
+TEST(RmsNormPlan, Fp32BackwardRowsTakeTheMeasuredCtasOnSm90) {
+  auto ln = [](std::int64_t n, bool dro) {
+    RmsBwdSpec s = plain_bwd_spec(n, f32);
+    s.center = true;
+    s.dbias = f32;
+    if (dro) s.dresidual_out = f32;
+    return s;
+  };
+  auto rms_dro = [](std::int64_t n) {
+    RmsBwdSpec s = plain_bwd_spec(n, f32);
+    s.dresidual_out = f32;
+    return s;
+  };
+  struct Want {
+    RmsBwdSpec spec;
+    int threads, min_blocks;
+  };
+  for (const Want& w : {Want{ln(1024, false), 128, 6}, Want{ln(2048, false), 256, 3}, Want{ln(4096, false), 512, 2},
+                        Want{ln(2048, true), 256, 3}, Want{ln(4096, true), 256, 2}, Want{rms_dro(1024), 128, 4},
+                        Want{rms_dro(2048), 128, 4}, Want{rms_dro(4096), 256, 2}}) {
+    const RowPlan p = plan_bwd(w.spec, 4, 90);
+    EXPECT_EQ(p.threads(), w.threads) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
+    const RowPlan p80 = plan_bwd(w.spec, 4, 80);
+    EXPECT_TRUE(p80.min_blocks != w.min_blocks || p80.threads() != w.threads) << w.spec.n << " " << p80.str();
+  }
+}
+
 // Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
 // where a row already takes >= 128 threads; many rows keep several rows a CTA.
 TEST(RmsNormPlan, FewRowForwardCallsTakeOneRowPerCta) {
