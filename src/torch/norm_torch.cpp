@@ -116,17 +116,15 @@ FwdOut forward_impl(const Tensor& x, const Tensor& weight_in, const Tensor& bias
   const auto plan = plan_rows<2>({&x, &residual});
   TORCH_INTERNAL_ASSERT(plan, "normkit: forward rows were not planned before the call");
   const std::int64_t n = x.size(-1), m = rows_of(x);
-  const auto rows_options = x.options().memory_format(at::MemoryFormat::Contiguous);
   FwdOut r;
-  r.out = at::empty(x.sizes(), rows_options.dtype(o.out_dtype.value_or(x.scalar_type())));
+  r.out = new_tensor(x, x.sizes(), o.out_dtype.value_or(x.scalar_type()));
   if (o.store_residual_out) {
     const at::ScalarType t = o.residual_dtype.value_or(residual.defined() ? residual.scalar_type() : x.scalar_type());
-    r.residual_out = at::empty(x.sizes(), rows_options.dtype(t));
+    r.residual_out = new_tensor(x, x.sizes(), t);
   }
   if (o.store_stats) {
-    const auto stat_options = x.options().dtype(at::kFloat);
-    r.rstd = at::empty(x.sizes().slice(0, x.dim() - 1), stat_options);
-    if constexpr (kHasMean<K>) r.mean = at::empty(x.sizes().slice(0, x.dim() - 1), stat_options);
+    r.rstd = new_tensor(x, x.sizes().slice(0, x.dim() - 1), at::kFloat);
+    if constexpr (kHasMean<K>) r.mean = new_tensor(x, x.sizes().slice(0, x.dim() - 1), at::kFloat);
   }
   if (m == 0 || n == 0) {
     // The mean (and LayerNorm's variance) over no elements is 0.
@@ -176,15 +174,14 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
   if (!plan) return std::nullopt;
   const std::int64_t n = x.size(-1), m = rows_of(x);
   const std::int64_t heads = weight_in.defined() && weight_in.dim() == 2 ? weight_in.size(0) : 1;
-  const auto rows_options = x.options().memory_format(at::MemoryFormat::Contiguous);
-  Tensor dx = at::empty(x.sizes(), rows_options.dtype(dx_dtype.value_or(x.scalar_type())));
+  Tensor dx = new_tensor(x, x.sizes(), dx_dtype.value_or(x.scalar_type()));
   Tensor dweight, dbias, dresidual;
-  if (weight_in.defined()) dweight = at::empty(weight_in.sizes(), x.options().dtype(weight_in.scalar_type()));
+  if (weight_in.defined()) dweight = new_tensor(x, weight_in.sizes(), weight_in.scalar_type());
   if (dbias_dtype) {
-    dbias = weight_in.defined() && weight_in.dim() == 2 ? at::empty({heads, n}, x.options().dtype(*dbias_dtype))
-                                                        : at::empty({n}, x.options().dtype(*dbias_dtype));
+    dbias = weight_in.defined() && weight_in.dim() == 2 ? new_tensor(x, {heads, n}, *dbias_dtype)
+                                                        : new_tensor(x, {n}, *dbias_dtype);
   }
-  if (dresidual_dtype) dresidual = at::empty(x.sizes(), rows_options.dtype(*dresidual_dtype));
+  if (dresidual_dtype) dresidual = new_tensor(x, x.sizes(), *dresidual_dtype);
   if (m == 0 || n == 0) {
     if (dweight.defined()) dweight.zero_();
     if (dbias.defined()) dbias.zero_();
@@ -219,14 +216,13 @@ std::optional<std::array<Tensor, 4>> backward_impl(const Tensor& x, const Tensor
   // The workspace comes from PyTorch's caching allocator on the call's stream;
   // releasing it after the launch is stream-ordered, like any temporary.
   Tensor workspace;
-  const at::TensorOptions byte_options = x.options().dtype(at::kByte);
   struct Scratch {
     Tensor* tensor;
-    const at::TensorOptions* options;
-  } scratch{&workspace, &byte_options};
+    const Tensor* like;
+  } scratch{&workspace, &x};
   auto allocate = [](std::size_t bytes, void* context) -> void* {
     auto* s = static_cast<Scratch*>(context);
-    *s->tensor = at::empty({static_cast<std::int64_t>(bytes)}, *s->options);
+    *s->tensor = new_tensor(*s->like, {static_cast<std::int64_t>(bytes)}, at::kByte);
     return s->tensor->data_ptr();
   };
   check(NormTraits<K>::bwd(&a, allocate, &scratch));
