@@ -204,8 +204,8 @@ namespace {
 //   threads) 3 -> 4, 0.940 -> 0.992 and 0.955 -> 0.998; N=4096 (256) 1 -> 2 0.795 ->
 //   0.971 (96 registers).
 // Returns 0 where nothing was measured (the estimate's count stands): sm_80, mixed
-// dtypes, LayerNorm without db, RMSNorm with db, N < 1024, LayerNorm fp32 N=16384's column pass
-// (5 -> 4 lost there, 0.516 -> 0.436).
+// dtypes, LayerNorm without db, RMSNorm with db, N < 1024, and LayerNorm fp32
+// N=16384's column pass (5 -> 4 CTAs lost there, 0.516 -> 0.436).
 int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned) {
   if (!in.backward || in.x_bytes != 4 || in.dout_bytes != 4 || in.arch < 90 || in.n < 1024 || !p.regs ||
       !p.row_sums || p.smem_sums || p.cluster != 1 || p.async_rows || p.prefetch)
@@ -529,10 +529,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
     if (p.async_rows && p.rows == 1 && p.threads() == 512) p.min_blocks = 2;
   }
-  if (in.backward) {
-    const int fp32_blocks = fp32_backward_blocks(in, p, owned);
-    if (fp32_blocks > 0) p.min_blocks = fp32_blocks;
-  }
+  if (const int fp32_blocks = fp32_backward_blocks(in, p, owned); fp32_blocks > 0) p.min_blocks = fp32_blocks;
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
