@@ -292,8 +292,8 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_TRUE(p.split) << n << " " << target << " " << p.str();
     EXPECT_TRUE(p.row_sums) << n << " " << p.str();
     EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
-    // Four vectors a thread, two for 16-bit rows that wait (wait_dots, below).
-    EXPECT_EQ(p.split_items, p.wait_dots && x != f32 ? 2 : 4) << n << " " << p.str();
+    // Four vectors a thread (two with db where the sums stay in registers, below).
+    EXPECT_EQ(p.split_items, 4) << n << " " << p.str();
     // Without dw/db: one kernel that waits for the row's chunk sums, if the device
     // holds a row's chunks at once; else the two split kernels.
     EXPECT_EQ(p.synced, !grads) << n << " " << p.str();
@@ -320,7 +320,8 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   for (const auto& [n, x, dbias] : {std::tuple{131072L, bf16, false}, {262144L, f32, true}, {65536L, f16, true}}) {
     EXPECT_FALSE(plan(n, x, true, dbias, "sm_90a", 8, true).wait_dots) << n;
   }
-  for (const auto& [n, x, dbias] : {std::tuple{131072L, f32, false}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, false}}) {
+  for (const auto& [n, x, dbias] :
+       {std::tuple{131072L, f32, false}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
     EXPECT_TRUE(p.split && p.wait_dots && !p.synced) << n << " " << p.str();
     EXPECT_TRUE(fit_to_device(p, n, 132).wait_dots) << n;

@@ -55,7 +55,7 @@ TEST(RmsNormSplitGeometry, HostPlanCountsTheKernelsChunks) {
   const RowPlan p = plan_rows(in);
   ASSERT_TRUE(p.split) << p.str();
   EXPECT_EQ(normkit::norm::detail::split_chunks(in.n, p), nk::split_chunks(in.n / p.vec, p.tpr, p.split_items));
-  EXPECT_EQ(normkit::norm::detail::split_chunks(in.n, p), p.wait_dots ? 64 : 32);  // two vectors a thread when waiting
+  EXPECT_EQ(normkit::norm::detail::split_chunks(in.n, p), 32);  // 256 threads of four 8-element vectors
 }
 
 }  // namespace
