@@ -189,6 +189,25 @@ __device__ DotAccumulator<Row::kCenter> chunk_total_from_memory(
   return chunk_total<Cfg>(sum, storage);
 }
 
+// Every chunk sum of row r into sums[0][c] (and LayerNorm's sums of g into
+// sums[1][c]), computed by this CTA alone: the fallback of a CTA that timed out
+// waiting for the other chunks' CTAs (the synced kernel, and the dx kernel's
+// WAIT). All threads of the CTA call it (block reductions); sums are complete
+// after the barrier at its end.
+template <class Cfg, class X, class DY, class Row>
+__device__ void row_chunk_totals_from_memory(const Row& row, const X* h, const DY* dy,
+                                             RowReduceStorage<1, Cfg::TPR, 1, Row::kCenter ? 2 : 1>& storage,
+                                             float (&sums)[Row::kCenter ? 2 : 1][Cfg::CHUNKS]) {
+  for (int c = 0; c < Cfg::CHUNKS; ++c) {
+    const DotAccumulator<Row::kCenter> total = chunk_total_from_memory<Cfg, X, DY>(row, h, dy, c, storage);
+    if (threadIdx.x == 0) {
+      sums[0][c] = total.gx;
+      if constexpr (Row::kCenter) sums[Row::kCenter ? 1 : 0][c] = total.g;
+    }
+  }
+  __syncthreads();
+}
+
 template <class Cfg, class X, class W, class DY, bool CENTER>
 __global__ void __launch_bounds__(Cfg::TPR) norm_bwd_dot_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
@@ -270,15 +289,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_split_kern
       if (threadIdx.x == 0) timed_out_shared = publish_and_wait<Cfg>(p, r, chunk, total);
       __syncthreads();
       if (timed_out_shared) {
-        for (int c = 0; c < Cfg::CHUNKS; ++c) {
-          const DotAccumulator<CENTER> sums =
-              chunk_total_from_memory<Cfg, X, DY>(row, h_row, dy_row, c, reduce_storage);
-          if (threadIdx.x == 0) {
-            fallback_sums[0][c] = sums.gx;
-            if constexpr (CENTER) fallback_sums[CENTER ? 1 : 0][c] = sums.g;
-          }
-        }
-        __syncthreads();
+        row_chunk_totals_from_memory<Cfg, X, DY>(row, h_row, dy_row, reduce_storage, fallback_sums);
         from_fallback = true;
       }
     }
@@ -386,16 +397,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_synced_ker
   // then this chunk again from memory, so that `regs` need not stay live.
   const X* h = row_ptr<X>(p.x, p.shape, r);
   const DY* dy = row_ptr<DY>(p.dout, p.shape, r);
-  for (int c = 0; c < Cfg::CHUNKS; ++c) {
-    ChunkRegs<Cfg, X, DY> other;
-    other.load(h, dy, c);
-    const DotAccumulator<CENTER> sums = chunk_total<Cfg>(other.dot(row, c), reduce_storage);
-    if (threadIdx.x == 0) {
-      fallback_sums[0][c] = sums.gx;
-      if constexpr (CENTER) fallback_sums[CENTER ? 1 : 0][c] = sums.g;
-    }
-  }
-  __syncthreads();
+  row_chunk_totals_from_memory<Cfg, X, DY>(row, h, dy, reduce_storage, fallback_sums);
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     const float gx_mean = mean_of_chunk_sums<Cfg>(lane, [&](int c) { return fallback_sums[0][c]; });
