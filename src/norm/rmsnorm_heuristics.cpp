@@ -132,7 +132,20 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
   // spilled 32-64 bytes under 128 registers): half the bytes in flight, and RMSNorm
   // bf16 N=65536-262144 lost 0.568-0.550 -> 0.389-0.322 (LayerNorm 0.422-0.376 ->
   // 0.332-0.279).
-  p.wait_dots = in.param_grads && !in.many_heads && in.x_bytes == 4 && in.n <= 131072;
+  // 16-bit LayerNorm rows beyond N=131072 with 16-bit weight and bias (or none) do
+  // wait, with four vectors a thread as fp32 rows do (the spills above were with fp32
+  // weights). H200, M*N = 2^27, ratio to copy, the two kernels -> WAIT at four
+  // vectors (A/B c9c5755 -> 67a4f0c in one run, docs/perf/h200-2026-11-30d.md):
+  // LayerNorm bf16 N=262144 0.389 -> 0.477, with dresidual_out 0.483 -> 0.530; but
+  // N=131072 0.520 -> 0.488 and 0.572 -> 0.528, and RMSNorm bf16 N=131072-262144
+  // lost too (0.554 -> 0.552, 0.545 -> 0.534; with dresidual_out 0.633 -> 0.590,
+  // 0.629 -> 0.577). ptxas sm_80/sm_90a/sm_100a, both norms, bf16/fp16, N=65536-262144
+  // (odd N included), with and without db and dresidual_out: clean, 96-128
+  // registers, except sm_100a RMSNorm bf16 N=262144 with dresidual_out (32 bytes), so
+  // sm_100 rows with dresidual_out keep the two kernels.
+  const bool wait16 = in.center && in.n > 131072 && in.x_bytes == 2 && in.weight_bytes <= 2 &&
+                      !(in.arch >= 100 && in.residual);
+  p.wait_dots = in.param_grads && !in.many_heads && ((in.x_bytes == 4 && in.n <= 131072) || wait16);
   // Two vectors a thread with db (two sums in registers) where the sums stay in
   // registers; WAIT keeps them in shared memory.
   p.split_items = in.dbias && !p.wait_dots ? 2 : 4;
@@ -414,9 +427,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.659 -> 0.697x copy against the ring (H200, bf16, one run of the NORMKIT_XPLAN
   // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md); A/B bench 0.679 -> 0.722.
   const bool ln_db16_pipeline = ring_db16 && !in.residual && p.prefetch;
+  // Except RMSNorm's rows of one 512-thread CTA with dresidual_out (16-bit N=8192):
+  // plain register rows (no ring, no prefetch; 85 registers, one CTA per SM)
+  // measured faster than the ring in two NORMKIT_XPLAN runs (H200, bf16, ratio to
+  // copy): 0.742 -> 0.791 at 04b667f, 0.755 -> 0.807 at b4b49d9
+  // (docs/perf/h200-2026-11-30d.md). Two CTAs per SM there spilled 8 bytes.
+  const bool rms_dro_plain_rows = in.backward && !in.center && in.residual && in.arch >= 90 && in.x_bytes == 2 &&
+                                  p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.rows == 1 &&
+                                  p.threads() == 512;
+  if (rms_dro_plain_rows) p.prefetch = false;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&
-      (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !ln_db16_pipeline &&
+      (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !ln_db16_pipeline && !rms_dro_plain_rows &&
       in.arch >= 80 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && in.dout_bytes == in.x_bytes) {
     p.prefetch = false;
     p.async_rows = true;

@@ -92,6 +92,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.backward = true;
   in.dbias = s.dbias.has_value();
   in.param_grads = s.weight.has_value() || s.dbias.has_value();
+  in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
   in.arch = arch;
   in.few_rows = s.few_rows;
   in.center = s.center;

@@ -143,7 +143,8 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     EXPECT_EQ(k.columns.has_value(), !s.plan.row_sums && (c.weight || c.dbias)) << what;
     if (k.columns) expect_clean(*k.columns, what + " (columns)");
     EXPECT_EQ(k.row_dots.has_value(), s.plan.split && !s.plan.synced && !s.plan.wait_dots) << what;
-    // Split rows with dw/db wait (one kernel) where measured faster: fp32, N <= 131072.
+    // Split rows with dw/db wait (one kernel) where measured faster: fp32, N <= 131072
+    // (these are RMSNorm rows; 16-bit LayerNorm rows: test_rmsnorm_plans.cpp).
     EXPECT_EQ(s.plan.wait_dots, s.plan.split && !s.plan.synced && !many_heads && c.x == f32 && c.n <= 131072)
         << what;
     EXPECT_EQ(s.plan.synced, s.plan.split && !c.weight && !c.dbias) << what;

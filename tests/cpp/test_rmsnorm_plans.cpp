@@ -68,6 +68,21 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
     EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
   }
+  // RMSNorm's rows of one 512-thread CTA with dresidual_out (N=4097-8192) take plain
+  // register rows on sm_90 (they measured faster than the ring); LayerNorm's, rows
+  // without dresidual_out and sm_80 keep the ring.
+  for (std::int64_t n : {6144, 8192}) {
+    RmsBwdSpec rms = plain_bwd_spec(n);
+    rms.dresidual_out = bf16;
+    const RowPlan p = plan_bwd(rms, 8, 90);
+    EXPECT_TRUE(p.regs && p.row_sums && p.rows == 1 && p.threads() == 512) << n << " " << p.str();
+    EXPECT_FALSE(p.async_rows || p.prefetch) << n << " " << p.str();
+    EXPECT_TRUE(plan_bwd(rms, 8, 80).async_rows) << n;
+    RmsBwdSpec ln = rms;
+    ln.center = true;
+    EXPECT_TRUE(plan_bwd(ln, 8, 90).async_rows) << n;
+    EXPECT_TRUE(plan_bwd(plain_bwd_spec(n), 8, 90).async_rows) << n;
+  }
 }
 
 // 16-bit rows that fit one CTA's registers but not with their dw/db sums keep
@@ -315,11 +330,31 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   db_heads.many_heads = true;
   EXPECT_EQ(plan_bwd(db_heads, 8, 90).split_items, 2);
   // With dw/db the dx kernel's CTAs exchange the chunk sums (wait_dots: no dot
-  // kernel) where a part's chunks fit the device at once and the call has one head:
-  // fp32 rows up to N=131072, as measured (16-bit rows and N=262144 lost with it).
+  // kernel) where a part's chunks fit the device at once and the call has one head,
+  // as measured: fp32 rows up to N=131072 (N=262144 lost with it), and 16-bit
+  // LayerNorm rows beyond N=131072 with 16-bit weights, four vectors a thread (not
+  // with fp32 weights: they spilled; not sm_100 rows with dresidual_out).
   for (const auto& [n, x, dbias] : {std::tuple{131072L, bf16, false}, {262144L, f32, true}, {65536L, f16, true}}) {
     EXPECT_FALSE(plan(n, x, true, dbias, "sm_90a", 8, true).wait_dots) << n;
   }
+  RmsBwdSpec ln = plain_bwd_spec(262144);
+  ln.center = true;
+  ln.dbias = bf16;
+  EXPECT_TRUE(plan_bwd(ln, 8, 90).wait_dots);
+  EXPECT_EQ(plan_bwd(ln, 8, 90).split_items, 4);
+  ln.dresidual_out = bf16;
+  EXPECT_TRUE(plan_bwd(ln, 8, 90).wait_dots);
+  EXPECT_FALSE(plan_bwd(ln, 8, 100).wait_dots);
+  RmsBwdSpec ln_wide_weight = ln;
+  ln_wide_weight.weight = f32;
+  ln_wide_weight.dbias = f32;
+  EXPECT_FALSE(plan_bwd(ln_wide_weight, 8, 90).wait_dots);
+  RmsBwdSpec ln_131072 = ln;
+  ln_131072.n = 131072;
+  EXPECT_FALSE(plan_bwd(ln_131072, 8, 90).wait_dots);
+  RmsBwdSpec rms_dro = plain_bwd_spec(262144);
+  rms_dro.dresidual_out = bf16;
+  EXPECT_FALSE(plan_bwd(rms_dro, 8, 90).wait_dots);
   for (const auto& [n, x, dbias] :
        {std::tuple{131072L, f32, false}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);

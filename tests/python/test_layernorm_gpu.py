@@ -190,6 +190,40 @@ def test_backward_is_bitwise_deterministic(xdt, wdt, m, n):
     check("db", runs[0][2], db_ref, atol_extra=DW_ATOL * m ** 0.5)
 
 
+# 16-bit rows beyond N=131072 with 16-bit weight and bias take RowPlan::wait_dots
+# (test_rmsnorm_plans.cpp): the dx kernel's CTAs exchange each row's chunk sums, four
+# vectors a thread. M*N above 2^23, so not the plan of few rows. With
+# NORMKIT_SYNC_TIMEOUT_US=0 the CTAs compute the sums from memory: the same bits.
+@pytest.mark.parametrize("with_dro", [False, True], ids=["plain", "dresidual_out"])
+def test_split_rows_wait_for_chunk_sums(with_dro, monkeypatch):
+    import normkit
+    m, n = 40, 262144
+    x, w, b, dout = rand((m, n), BF16), rand((n,), BF16), rand((n,), BF16), rand((m, n), BF16)
+    dro = rand((m, n), BF16) if with_dro else None
+    _, _, mean, rstd = layernorm_fwd(x, w, b, eps=EPS, store_rstd=True, store_mean=True)
+
+    def bwd():
+        return layernorm_bwd(x, w, dout, mean, rstd, dresidual_out=dro, has_bias=True, has_residual=with_dro)[:3]
+
+    normkit._C.reset_counters()
+    waited = bwd()
+    assert normkit._C.counters()["launches"] == 2, "the backward did not take the waiting kernel"
+    monkeypatch.setenv("NORMKIT_SYNC_TIMEOUT_US", "0")
+    normkit._C.reload_config()
+    try:
+        again = bwd()
+    finally:
+        monkeypatch.delenv("NORMKIT_SYNC_TIMEOUT_US")
+        normkit._C.reload_config()
+    for name, a, c in zip(("dx", "dw", "db"), waited, again):
+        assert torch.equal(a, c), f"{name} differs on the timeout path"
+    _, _, _, mean_ref, rstd_ref = ln_ref_forward(x, w, b)
+    dx_ref, dw_ref, db_ref = ln_ref_backward(x, w, dout, mean_ref, rstd_ref, dresidual_out=dro)
+    check("dx", waited[0], dx_ref)
+    check("dw", waited[1], dw_ref, atol_extra=DW_ATOL * m ** 0.5)
+    check("db", waited[2], db_ref, atol_extra=DW_ATOL * m ** 0.5)
+
+
 # fp32 rows with a residual from N=32768: on sm_90 16 elements a thread over
 # clusters of 2-16 CTAs (32 spilled under 1024 threads' registers), both norms, with
 # bias and the statistics stored, against float64 (the in-place fused add of such

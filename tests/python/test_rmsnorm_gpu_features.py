@@ -62,6 +62,18 @@ def test_residual(xdt, rdt, res_dt, prenorm):
     fwd_bwd_check(rmsnorm, x, w, residual=r, residual_dtype=res_dt, prenorm=prenorm)
 
 
+# 16-bit rows of one 512-thread CTA (N=4097-8192) with dresidual_out take plain register
+# rows on sm_90, not the cp.async ring (test_rmsnorm_plans.cpp); M*N above 2^23, so not
+# the plan of few rows.
+@pytest.mark.parametrize("xdt,wdt,n", [(BF16, BF16, 8192), (FP16, FP32, 6144)], ids=["bf16-N8192", "fp16-wfp32-N6144"])
+def test_residual_rows_of_one_wide_cta(xdt, wdt, n):
+    m = (1 << 23) // n + 3
+    x = rand((m, n), xdt).requires_grad_()
+    r = rand((m, n), xdt).requires_grad_()
+    w = rand((n,), wdt).requires_grad_()
+    fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=True)
+
+
 @pytest.mark.parametrize("xdt,res_dt", [(BF16, FP32), (FP32, BF16)], ids=["bf16-to-fp32", "fp32-to-bf16"])
 def test_residual_dtype_without_residual(xdt, res_dt):
     # No residual: residual_out is x itself converted to residual_dtype.
@@ -398,8 +410,9 @@ def test_synced_kernel_timeout_path_gives_the_same_bits(xdt, m, n, monkeypatch):
     check("dx", waited, dx_ref)
 
 
-# The shapes take RowPlan::wait_dots (fp32 rows, N <= 131072; test_rmsnorm_plans.cpp): split
-# rows, so not calls of few rows that a cluster holds (N=32768 needs M*N > 2^23 for that).
+# The shapes take RowPlan::wait_dots (fp32 rows, N <= 131072; test_rmsnorm_plans.cpp; 16-bit
+# LayerNorm rows: test_layernorm_gpu.py): split rows, so not calls of few rows that a cluster
+# holds (N=32768 needs M*N > 2^23 for that).
 @pytest.mark.parametrize("xdt,m,n,bias", [(FP32, 16, 131072, False), (FP32, 8, 65539, True), (FP32, 260, 32768, False)],
                          ids=["fp32-N131072", "fp32-N65539-db", "fp32-N32768"])
 def test_split_rows_with_dw_wait_and_timeout_path_give_the_same_bits(xdt, m, n, bias, monkeypatch):
@@ -411,7 +424,10 @@ def test_split_rows_with_dw_wait_and_timeout_path_give_the_same_bits(xdt, m, n, 
     x, dout = rand((m, n), xdt), rand((m, n), xdt)
     w = rand((n,), xdt) + 1.0
     _, _, rstd = rmsnorm_fwd(x, w, eps=EPS, store_rstd=True)
+    normkit._C.reset_counters()
     waited = rmsnorm_bwd(x, w, dout, rstd, has_bias=bias)
+    # One row kernel and the dw/db reduction: no dot-product kernel before it.
+    assert normkit._C.counters()["launches"] == 2, "the backward did not take the waiting kernel"
     monkeypatch.setenv("NORMKIT_SYNC_TIMEOUT_US", "0")
     normkit._C.reload_config()
     try:
