@@ -427,14 +427,16 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.659 -> 0.697x copy against the ring (H200, bf16, one run of the NORMKIT_XPLAN
   // sweep at 9dc2034, docs/perf/h200-2026-11-30b.md); A/B bench 0.679 -> 0.722.
   const bool ln_db16_pipeline = ring_db16 && !in.residual && p.prefetch;
-  // Except RMSNorm's rows of one 512-thread CTA with dresidual_out (16-bit N=8192):
+  // Except RMSNorm's rows of one 512-thread CTA with dresidual_out and dw alone
+  // (16-bit N=4097-8192; with db, N=4096 takes such CTAs too, not measured):
   // plain register rows (no ring, no prefetch; 85 registers, one CTA per SM)
   // measured faster than the ring in two NORMKIT_XPLAN runs (H200, bf16, ratio to
-  // copy): 0.742 -> 0.791 at 04b667f, 0.755 -> 0.807 at b4b49d9
-  // (docs/perf/h200-2026-11-30d.md). Two CTAs per SM there spilled 8 bytes.
-  const bool rms_dro_plain_rows = in.backward && !in.center && in.residual && in.arch >= 90 && in.x_bytes == 2 &&
-                                  p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.rows == 1 &&
-                                  p.threads() == 512;
+  // copy): 0.742 -> 0.791 at 04b667f, 0.755 -> 0.807 at b4b49d9; A/B bench
+  // c9c5755 -> 67a4f0c 0.767 -> 0.819 (docs/perf/h200-2026-11-30d.md). Two CTAs per
+  // SM there spilled 8 bytes.
+  const bool rms_dro_plain_rows = in.backward && !in.center && !in.dbias && in.residual && in.arch >= 90 &&
+                                  in.x_bytes == 2 && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 &&
+                                  p.rows == 1 && p.threads() == 512;
   if (rms_dro_plain_rows) p.prefetch = false;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&

@@ -68,9 +68,9 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     const RowPlan p = plan(n, bf16, true, false, "sm_90a", 8, true);
     EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
   }
-  // RMSNorm's rows of one 512-thread CTA with dresidual_out (N=4097-8192) take plain
-  // register rows on sm_90 (they measured faster than the ring); LayerNorm's, rows
-  // without dresidual_out and sm_80 keep the ring.
+  // RMSNorm's rows of one 512-thread CTA with dresidual_out and dw alone (N=4097-8192)
+  // take plain register rows on sm_90 (they measured faster than the ring);
+  // LayerNorm's, rows with db or without dresidual_out, and sm_80 keep the ring.
   for (std::int64_t n : {6144, 8192}) {
     RmsBwdSpec rms = plain_bwd_spec(n);
     rms.dresidual_out = bf16;
@@ -83,6 +83,11 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     EXPECT_TRUE(plan_bwd(ln, 8, 90).async_rows) << n;
     EXPECT_TRUE(plan_bwd(plain_bwd_spec(n), 8, 90).async_rows) << n;
   }
+  RmsBwdSpec rms_db = plain_bwd_spec(4096);
+  rms_db.dresidual_out = bf16;
+  rms_db.dbias = bf16;
+  EXPECT_EQ(plan_bwd(rms_db, 8, 90).threads(), 512);
+  EXPECT_TRUE(plan_bwd(rms_db, 8, 90).async_rows);
 }
 
 // 16-bit rows that fit one CTA's registers but not with their dw/db sums keep
