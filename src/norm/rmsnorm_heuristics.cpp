@@ -9,9 +9,9 @@
 //    (scripts/profile_rmsnorm.py), the end-to-end time host-bound.
 //  - Backward, rows too long for one CTA's registers: register-resident rows in
 //    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8). Such rows keep
-//    their slices in shared memory instead (the stash, plan_stash below), and
-//    rows beyond what a 2-CTA stash holds (4 without dw/db) are split into
-//    column chunks (plan_split): 1.31-1.81x eager with dw/db, 1.33-1.61x without
+//    their slices in shared memory instead (the stash), and rows beyond what a
+//    2-CTA stash holds (4 without dw/db) are split into column chunks (both in
+//    rmsnorm_heuristics_bwd.cpp): 1.31-1.81x eager with dw/db, 1.33-1.61x without
 //    (50f6905, M*N = 2^28, N = 131072 and 262144).
 //  - Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs:
 //    the weight copied into shared memory with the row (RowPlan::params_smem), so
@@ -26,38 +26,11 @@
 
 #include "normkit/norm/params.cuh"
 #include "normkit/runtime/error.hpp"
+#include "rmsnorm_heuristics_bwd.hpp"
 
 namespace normkit::norm::detail {
 namespace {
 
-std::int64_t next_pow2(std::int64_t v) {
-  std::int64_t p = 1;
-  while (p < v) p *= 2;
-  return p;
-}
-
-// The stash (backward rows too long for registers). 256-thread CTAs with at most
-// ~72 KB of shared memory each keep three CTAs per SM, so that one CTA's loads
-// overlap another's reduction and stores; the cluster grows (up to 16 CTAs on
-// sm_90, a non-portable size the runtime enables per kernel) until the slice
-// fits. Measured on H200 (docs/perf/rmsnorm-vs-eager-h200.md, 9cbdd46), no
-// weight: bf16 N=32768 (2 CTAs) 497 us against 696 us for register-resident
-// rows in a 2-CTA cluster, N=131072 (8 CTAs) 771 against 823 us and N=262144
-// (16 CTAs) 837 against 848 us for the two-pass kernel. dw/db come from the
-// column pass: sums kept in the stash too were slower (see rmsnorm_bwd.cuh).
-// With dw/db (the column pass after the row kernel), clusters beyond 2 CTAs lost
-// to the two-pass kernel in the same run (d887cec, total backward): bf16
-// N=131072 1161 against 1112 us, N=262144 1230 against 1134, fp32 N=32768 (4
-// CTAs) 2130 against 1960, N=131072 2323 against 2062; 2 CTAs won (bf16
-// N=32768: 805 against 1046). So with dw/db the stash is used up to 2 CTAs,
-// without up to 4 (fp32 N=32768: 1173 us, 1.09x eager). Longer rows take the
-// split kernels (plan_split): by its traffic (h and dout read twice, dx written
-// once, no column pass) ~2.5 GB against the stash's 1.5 GB plus the column
-// pass's 1 GB for bf16 2048x131072, at copy-like occupancy instead of ~2 TB/s.
-// Measured (c96aa46 against 9fdb0b9): bf16 N=131072 with weight 689 us against
-// the two-pass kernel's 1113, fp32 N=262144 with weight 1351 against 2110.
-constexpr int kStashThreads = 256;
-constexpr std::int64_t kStashBudget = 72 * 1024;
 // RowPlan::smem_sums: at most this much shared memory per CTA (two CTAs per SM on
 // sm_90 up to 113 KB each; 128 KB leaves LayerNorm N=16384 one CTA per SM).
 constexpr std::int64_t kSmemSumsBudget = 128 * 1024;
@@ -75,110 +48,8 @@ constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the bu
 constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 constexpr std::int64_t kParamsSmemBudget = 128 * 1024;  // RowPlan::params_smem (one CTA per SM)
 
-bool plan_stash(const RowPlanInputs& in, RowPlan& p) {
-  const int max_cluster = in.arch < 90 ? 1 : in.param_grads ? 2 : 4;
-  for (int c = 1; c <= max_cluster; c *= 2) {
-    const int bytes = stash_bytes(in.n, p.vec, c, in.x_bytes, in.dout_bytes);
-    if (bytes > kStashBudget) continue;
-    p.stash = true;
-    p.regs = false;
-    p.row_sums = false;
-    p.cluster = c;
-    p.smem_bytes = bytes;
-    return true;
-  }
-  return false;
-}
-
-// Split rows (rmsnorm_bwd_split.cuh), for rows beyond the stash: 256 threads x 4
-// vectors a chunk (16 KB of a 16-bit h per CTA of the dot kernel, eight 16-byte
-// loads in flight per thread in the dx kernel), two CTAs per SM for the dx
-// kernel, whose dw running sums (32 floats) stay in registers. With db as well,
-// 2 vectors: 4 spilled under the 128-register cap of two CTAs per SM (ptxas,
-// every feature on, sm_80 and sm_90a).
-constexpr int kSplitBlocks = 2;
-
-// Without dw/db the two split kernels become one (norm_bwd_synced_kernel):
-// CTAs keep their chunk in registers while they wait for the row's other chunk
-// sums, so h and dout are read once, as eager's row kernel reads them (fp32
-// N=131072/262144 without weight: the two kernels' five passes measured 0.99-1.01x
-// eager, 7579fb6). Three CTAs per SM (85 registers; bf16 spilled under the 64 of
-// four) keep loads in flight while others wait; the wait needs CHUNKS CTAs
-// resident at once, which the dispatcher checks against the device (fit_to_device).
-// With the wait's timeout (branch wip/synced-timeout-2) the bf16 kernel spilled 8
-// bytes under the 80 registers of three CTAs per SM, so it takes two (128
-// registers): to be measured against three on a GPU before this lands.
-constexpr int kSyncedBlocks = 2;
-// LayerNorm's synced kernel (two chunk sums) spilled 4 bytes at three CTAs per SM
-// even without the timeout (bf16 N=131072, sm_90a).
-constexpr int kSyncedBlocksCentered = 2;
-
-void plan_split(const RowPlanInputs& in, RowPlan& p) {
-  p.split = true;
-  p.regs = false;
-  p.row_sums = true;  // the dx kernel sums dw/db: no column pass
-  p.cluster = 1;
-  p.synced = !in.param_grads;
-  // fp32 rows with dw/db: the dx kernel's CTAs exchange the chunk sums themselves
-  // (norm_bwd_split_kernel's WAIT), as the synced kernel does without them, so h and
-  // dout are read once instead of twice. H200, M*N = 2^27, ratio to copy, the two
-  // kernels -> WAIT (A/B a487a62 -> 4c84db3 in one run, docs/perf/h200-2026-11-30c.md):
-  // RMSNorm fp32 N=32768 0.575 -> 0.650, 65536 0.568 -> 0.616, 131072 0.562 ->
-  // 0.594; LayerNorm 0.475 -> 0.576, 0.537 -> 0.563, 0.424 -> 0.544; with
-  // dresidual_out RMSNorm 0.654 -> 0.674, 0.646 -> 0.648, 0.647 -> 0.635, LayerNorm
-  // 0.588 -> 0.628, 0.592 -> 0.608, 0.502 -> 0.603. Not at N=262144 (RMSNorm 0.553 ->
-  // 0.513, LayerNorm 0.474 -> 0.444) and not 16-bit rows, which wait with two vectors
-  // a thread (at four, with the sums in shared memory, bf16 rows with fp32 weights
-  // spilled 32-64 bytes under 128 registers): half the bytes in flight, and RMSNorm
-  // bf16 N=65536-262144 lost 0.568-0.550 -> 0.389-0.322 (LayerNorm 0.422-0.376 ->
-  // 0.332-0.279).
-  // 16-bit LayerNorm rows beyond N=131072 with 16-bit weight and bias (or none) do
-  // wait, with four vectors a thread as fp32 rows do (the spills above were with fp32
-  // weights). H200, M*N = 2^27, ratio to copy, the two kernels -> WAIT at four
-  // vectors (A/B c9c5755 -> 67a4f0c in one run, docs/perf/h200-2026-11-30d.md):
-  // LayerNorm bf16 N=262144 0.389 -> 0.477, with dresidual_out 0.483 -> 0.530; but
-  // N=131072 0.520 -> 0.488 and 0.572 -> 0.528, and RMSNorm bf16 N=131072-262144
-  // lost too (0.554 -> 0.552, 0.545 -> 0.534; with dresidual_out 0.633 -> 0.590,
-  // 0.629 -> 0.577). ptxas sm_80/sm_90a/sm_100a, both norms, bf16/fp16, N=65536-262144
-  // (odd N included), with and without db and dresidual_out: clean, 96-128
-  // registers, except sm_100a RMSNorm bf16 N=262144 with dresidual_out (32 bytes), so
-  // sm_100 rows with dresidual_out keep the two kernels.
-  const bool wait16 = in.center && in.n > 131072 && in.x_bytes == 2 && in.weight_bytes <= 2 &&
-                      !(in.arch >= 100 && in.residual);
-  p.wait_dots = in.param_grads && !in.many_heads && ((in.x_bytes == 4 && in.n <= 131072) || wait16);
-  // Two vectors a thread with db (two sums in registers) where the sums stay in
-  // registers; WAIT keeps them in shared memory.
-  p.split_items = in.dbias && !p.wait_dots ? 2 : 4;
-}
-
-// Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on
-// the H200, where eager's do_bench time is under 100 us): register-resident rows
-// in a cluster with dw/db summed in registers are two launches (row kernel,
-// reduction) where the stash is three (and its dynamic shared memory), and a
-// back-to-back loop of such calls measured 2-6% slower than eager with the stash
-// (cee9b14: bf16/fp16 N=32768, paired ratios 0.94-0.97). Their bandwidth is the
-// 0.58x of clusters noted above, which these row counts do not reach.
-bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, RowPlan& p) {
-  if (!in.few_rows || !in.param_grads || in.arch < 90) return false;
-  const std::int64_t cluster = next_pow2((tpr_sums + tpr_max - 1) / tpr_max);
-  if (cluster > 8) return false;  // beyond the portable cluster size (N > 65536 for 16-bit rows)
-  p.cluster = static_cast<int>(cluster);
-  p.regs = true;
-  p.row_sums = true;
-  return true;
-}
-
 }  // namespace
 
-RowPlan fit_to_device(RowPlan p, std::int64_t n, int sm_count) {
-  // A part's CHUNKS CTAs wait for each other: all of them resident at once.
-  if (p.wait_dots && split_chunks(n, p) > static_cast<std::int64_t>(sm_count) * p.min_blocks) p.wait_dots = false;
-  if (p.synced && split_chunks(n, p) > static_cast<std::int64_t>(sm_count) * p.min_blocks) {
-    p.synced = false;
-    p.min_blocks = kSplitBlocks;
-  }
-  return p;
-}
 
 std::string RowPlan::str() const {
   return "vec=" + std::to_string(vec) + " tpr=" + std::to_string(tpr) + " rows=" + std::to_string(rows) +
@@ -202,38 +73,6 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
   }
   return 1;
 }
-
-namespace {
-// fp32 backward rows in registers on sm_90 (h, dout and the sums in one CTA): ptxas
-// fits them in 64-121 registers where plan_rows' estimate counts 88-136, so more
-// CTAs per SM than the estimate allows, as measured: H200, M*N = 2^27, all fp32,
-// NORMKIT_XPLAN sweep at 04b667f (one run, ratio to copy, default -> this count;
-// docs/perf/h200-2026-11-30c.md):
-//   LayerNorm with dw and db: N=1024 (128 threads) 5 -> 6 CTAs 0.864 -> 0.925 (8:
-//   0.884); N=2048 (256) 2 -> 3 0.773 -> 0.928 (4: 0.908); N=4096 (512) 1 -> 2
-//   0.711 -> 0.955 (ptxas holds it in 64 registers, no spills). With dresidual_out:
-//   N=2048 2 -> 3 0.909 -> 0.987; N=4096 at 16 columns (256 threads) 2, 0.989.
-//   RMSNorm with dw and dresidual_out: N=1024 (two 64-thread rows) and 2048 (128
-//   threads) 3 -> 4, 0.940 -> 0.992 and 0.955 -> 0.998; N=4096 (256) 1 -> 2 0.795 ->
-//   0.971 (96 registers).
-// Returns 0 where nothing was measured (the estimate's count stands): sm_80, mixed
-// dtypes, LayerNorm without db, RMSNorm with db, N < 1024, and LayerNorm fp32
-// N=16384's column pass (5 -> 4 CTAs lost there, 0.516 -> 0.436).
-int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned) {
-  if (!in.backward || in.x_bytes != 4 || in.dout_bytes != 4 || in.arch < 90 || in.n < 1024 || !p.regs ||
-      !p.row_sums || p.smem_sums || p.cluster != 1 || p.async_rows || p.prefetch)
-    return 0;
-  const int threads = p.threads();
-  if (in.center && in.dbias) {
-    if (owned == 8 && !in.residual) return threads == 128 ? 6 : threads == 256 ? 3 : threads == 512 ? 2 : 0;
-    if (owned == 8 && threads == 256) return 3;
-    if (owned == 16 && threads == 256 && in.residual) return 2;
-    return 0;
-  }
-  if (!in.center && !in.dbias && in.residual && owned == 16) return threads == 128 ? 4 : threads == 256 ? 2 : 0;
-  return 0;
-}
-}  // namespace
 
 RowPlan plan_rows(const RowPlanInputs& in) {
   NK_CHECK(in.n >= 1, "plan_rows: n must be >= 1");
@@ -563,39 +402,6 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
   return p;
-}
-
-int stash_bytes(std::int64_t n, int vec, int cluster, int x_bytes, int dout_bytes) {
-  const std::int64_t nv = n / vec;
-  const std::int64_t slice_v = (nv + cluster - 1) / cluster;
-  return static_cast<int>(std::min<std::int64_t>(slice_v * vec * (x_bytes + dout_bytes), 1LL << 30));
-}
-
-std::int64_t split_chunks(std::int64_t n, const RowPlan& plan) {
-  return nk::split_chunks(n / plan.vec, plan.tpr, plan.split_items);
-}
-
-std::int64_t plan_bwd_split_parts(const RowPlan& plan, std::int64_t n, std::int64_t rows_per_head,
-                                  std::int64_t heads, int sm_count) {
-  const std::int64_t resident = static_cast<std::int64_t>(std::max(sm_count, 1)) * plan.min_blocks;
-  const std::int64_t per_chunk = resident / (split_chunks(n, plan) * heads);
-  return std::clamp<std::int64_t>(per_chunk, 1, std::max<std::int64_t>(rows_per_head, 1));
-}
-
-std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_per_head, std::int64_t heads,
-                                   int sm_count, int threads) {
-  const std::int64_t col_ctas = (n / vec + threads - 1) / threads;
-  // About four CTAs per SM in total: enough loads in flight, few partials to add.
-  const std::int64_t want = (static_cast<std::int64_t>(std::max(sm_count, 1)) * 4 + col_ctas * heads - 1) /
-                            (col_ctas * heads);
-  return std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(rows_per_head, 1));
-}
-
-std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count) {
-  const std::int64_t row_groups = (rows_per_head + plan.rows - 1) / plan.rows;
-  const std::int64_t resident = static_cast<std::int64_t>(std::max(sm_count, 1)) * plan.min_blocks;
-  const std::int64_t per_head = std::max<std::int64_t>(1, resident / (heads * plan.cluster));
-  return std::max<std::int64_t>(1, std::min(row_groups, per_head));
 }
 
 }  // namespace normkit::norm::detail

@@ -1,0 +1,57 @@
+// Backward plans of rows beyond one CTA's registers (the stash, split rows, the
+// clusters of calls of few rows) and the measured CTA counts of fp32 register rows:
+// the parts of plan_rows (rmsnorm_heuristics.cpp) that rmsnorm_heuristics_bwd.cpp
+// holds, with the measurements behind them.
+#pragma once
+
+#include <cstdint>
+
+#include "rmsnorm_heuristics.hpp"
+
+namespace normkit::norm::detail {
+
+inline std::int64_t next_pow2(std::int64_t v) {
+  std::int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Threads of a stash or split CTA (rmsnorm_heuristics_bwd.cpp's comment on the stash).
+inline constexpr int kStashThreads = 256;
+
+// Split rows (rmsnorm_bwd_split.cuh), for rows beyond the stash: 256 threads x 4
+// vectors a chunk (16 KB of a 16-bit h per CTA of the dot kernel, eight 16-byte
+// loads in flight per thread in the dx kernel), two CTAs per SM for the dx
+// kernel, whose dw running sums (32 floats) stay in registers. With db as well,
+// 2 vectors: 4 spilled under the 128-register cap of two CTAs per SM (ptxas,
+// every feature on, sm_80 and sm_90a).
+inline constexpr int kSplitBlocks = 2;
+
+// Without dw/db the two split kernels become one (norm_bwd_synced_kernel):
+// CTAs keep their chunk in registers while they wait for the row's other chunk
+// sums, so h and dout are read once, as eager's row kernel reads them (fp32
+// N=131072/262144 without weight: the two kernels' five passes measured 0.99-1.01x
+// eager, 7579fb6). Three CTAs per SM (85 registers; bf16 spilled under the 64 of
+// four) keep loads in flight while others wait; the wait needs CHUNKS CTAs
+// resident at once, which the dispatcher checks against the device (fit_to_device).
+// With the wait's timeout (branch wip/synced-timeout-2) the bf16 kernel spilled 8
+// bytes under the 80 registers of three CTAs per SM, so it takes two (128
+// registers): to be measured against three on a GPU before this lands.
+inline constexpr int kSyncedBlocks = 2;
+// LayerNorm's synced kernel (two chunk sums) spilled 4 bytes at three CTAs per SM
+// even without the timeout (bf16 N=131072, sm_90a).
+inline constexpr int kSyncedBlocksCentered = 2;
+
+// Rows too long for registers: the stash if a cluster of the allowed size holds
+// the row's slices (RowPlan::stash, smem_bytes set); false if none does.
+bool plan_stash(const RowPlanInputs& in, RowPlan& p);
+// Rows beyond the stash: column chunks (RowPlan::split, and synced or wait_dots).
+void plan_split(const RowPlanInputs& in, RowPlan& p);
+// Calls of few rows with dw/db: register rows in a cluster of up to 8 CTAs for
+// tpr_sums threads of tpr_max each; false where that does not apply.
+bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, RowPlan& p);
+// fp32 backward register rows: the CTAs per SM measured for the plan (0: the
+// register estimate's count stands).
+int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned);
+
+}  // namespace normkit::norm::detail
