@@ -1,4 +1,4 @@
-// The launch plans' rules (src/norm/rmsnorm_heuristics.cpp), checked on the plans
+// The launch plans' rules (src/norm/rmsnorm_heuristics.cpp and rmsnorm_heuristics_bwd.cpp), checked on the plans
 // alone: which rows take which kernel class, threads, clusters and CTAs per SM, per
 // target. No compiler, no GPU.
 #include <gtest/gtest.h>

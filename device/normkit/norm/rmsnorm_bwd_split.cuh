@@ -1,5 +1,5 @@
 // Backward of both norms for rows longer than a cluster's shared memory holds well
-// (the long-row plans of rmsnorm_heuristics.cpp): two kernels, no clusters.
+// (the long-row plans of rmsnorm_heuristics_bwd.cpp): two kernels, no clusters.
 //
 // Why it is shaped this way: a row of 131072+ elements spread over a cluster of
 // 8-16 CTAs keeps every SM waiting on cluster-wide barriers (the stash kernel
