@@ -99,6 +99,20 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.regs = true;
   p.row_sums = in.backward;
   const bool fp32_with_residual = !in.backward && in.x_bytes == 4 && in.residual && in.arch >= 90;
+  // Forward 16-bit rows without a residual that 32 elements a thread spread over a
+  // cluster of 1024-thread CTAs (N > 32768) take 64 instead: half the CTAs a row.
+  // A cluster of 4-8 CTAs needs that many free SMs of one GPC at once, and ncu saw
+  // RMSNorm bf16 N=131072's clusters of four fill at most 120 of the H200's 132 SMs
+  // (30 active clusters; docs/perf/h200-2026-11-30d.md). The row stays raw in
+  // registers (32 of 1024 threads' 64 at 64 elements), so there is no room for the
+  // pipeline's second row (`prefetch`) and the parameters stay in global memory (no
+  // `params_smem`): both were off in the measurement. H200, M*N = 2^27, ratio to copy,
+  // one NORMKIT_XPLAN run (docs/perf/h200-2026-11-30d.md): RMSNorm bf16 N=65536
+  // 0.832 -> 0.857, 131072 0.759 -> 0.812, 262144 0.737 -> 0.771; LayerNorm 131072
+  // 0.612 -> 0.748, 262144 0.599 -> 0.711. Only with a weight (as measured) and not
+  // for calls of few rows (planned for latency).
+  const bool raw64 = !in.backward && in.x_bytes == 2 && !in.residual && in.weight_bytes > 0 && in.arch >= 90 &&
+                     p.vec * in.x_bytes == 16 && !in.few_rows && threads_for(32) > 1024;
   std::int64_t tpr;
   int tpr_max;
   bool ring_db16 = false;  // backward: ring_rows_db's rows of 16 columns a thread (below)
@@ -118,7 +132,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 262144 0.730 -> 0.651; LayerNorm 0.760 -> 0.792, 0.728 -> 0.733, 0.697 ->
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
-    tpr = threads_for(fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
+    tpr = threads_for(raw64 ? 64 : fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
     tpr_max = 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
@@ -294,11 +308,13 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.73 -> 0.89 / 0.81, 131072 0.69 -> 0.74 / 0.74, 262144 0.65 -> 0.69 / 0.70.
   // 512-thread rows (N=16384, two CTAs per SM, which already overlap one another's
   // loads) lost with it: 0.96 -> 0.72 / 0.73.
-  // Not fp16 rows with fp32 weights in one CTA (N=32768): ptxas sm_90a spilled 12
-  // bytes (bf16 rows with fp32 weights did not).
-  const bool fp16_wide_weight = in.x_fp16 && in.weight_bytes > in.x_bytes && p.cluster == 1;
+  // Not rows of 64 elements a thread (raw64, above), nor fp16 rows whose weight is of
+  // another dtype: with an fp32 weight ptxas sm_90a spilled 12 bytes in one CTA
+  // (N=32768) and 64 over a cluster in a call of few rows (N=200000), with a bf16
+  // weight 12 (N=32768). bf16 rows with fp32 weights compiled clean.
+  const bool fp16_mixed_weight = in.x_fp16 && !in.weight_as_x;
   if (!in.backward && p.regs && p.tpr >= 1024 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
-      !in.center && !in.bias && in.arch >= 80 && !fp16_wide_weight)
+      !in.center && !in.bias && in.arch >= 80 && !fp16_mixed_weight && !raw64)
     p.prefetch = true;
 
   // Forward calls of few rows load weight and bias with the row (one memory
@@ -326,7 +342,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   const bool params_smem_measured = !in.center && in.x_bytes == 2 && in.weight_bytes == 2 &&
                                     (in.bias_bytes == 0 || in.bias_bytes == 2);
   if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
-      params_smem_measured) {
+      params_smem_measured && !raw64) {
     const std::int64_t item_bytes = std::int64_t{p.vec} * (in.weight_bytes + in.bias_bytes);
     const std::int64_t bytes = (nv + p.cluster - 1) / p.cluster * item_bytes;
     if ((p.vec * in.weight_bytes) % 16 == 0 && (p.vec * in.bias_bytes) % 16 == 0 &&

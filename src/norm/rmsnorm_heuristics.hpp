@@ -88,6 +88,7 @@ struct RowPlanInputs {
   // RowPlan::params_smem holds the parameters, where it may be planned
   // (NORMKIT_PARAMS_SMEM=0 turns it off).
   bool x_fp16 = false;
+  bool weight_as_x = true;  // forward: the weight is absent or of x's dtype
   int weight_bytes = 0;
   int bias_bytes = 0;
   bool params_smem_allowed = true;

@@ -77,6 +77,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.bias = s.bias.has_value();
   in.few_rows = s.few_rows;
   in.x_fp16 = s.x == DType::kFloat16;
+  in.weight_as_x = !s.weight || *s.weight == s.x;
   in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
   in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
   in.params_smem_allowed = s.params_smem_allowed;

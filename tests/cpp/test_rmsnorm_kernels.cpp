@@ -48,7 +48,8 @@ const std::vector<FwdCase> kFwd = {
     {8192, f16, f16, f16, f16, f16, f32, true, 8},                  // out_dtype differs
     {32768, f32, {}, {}, f32, {}, f32, true, 8},                    // one CTA per row, fp32
     {131072, bf16, bf16, bf16, bf16, bf16, bf16, true, 8},          // cluster (sm_90+) / two-pass (sm_80)
-    {65536, bf16, {}, {}, f32, {}, bf16, true, 8},                  // pipelined rows (prefetch), fp32 weight
+    {65536, bf16, {}, {}, f32, {}, bf16, true, 8},                  // 64 elements a thread, fp32 weight
+    {131072, bf16, {}, {}, {}, {}, bf16, true, 8},                  // pipelined rows (prefetch) in clusters
     {262144, f32, f32, f32, f32, f32, f32, true, 8},                // longest rows, fp32
     {1023, f16, f16, f32, bf16, f32, f16, true, 8},                 // odd N: scalar access
     {4096, bf16, {}, {}, f32, {}, bf16, false, 1},                  // unaligned data: scalar access
@@ -401,6 +402,7 @@ TEST_F(RmsNormKernelSweep, ForwardParamsInSharedMemoryCompileWithoutSpills) {
       f.residual_out = c.residual;
       f.weight = c.x;
       if (c.bias) f.bias = c.x;
+      f.few_rows = !c.residual;  // the others take 64 elements a thread without it
       f.plan = plan_fwd(f, 8, arch_of(target));
       EXPECT_TRUE(f.plan.params_smem) << n << " " << f.plan.str();
       for (const bool rstd : {false, true}) {
@@ -411,6 +413,35 @@ TEST_F(RmsNormKernelSweep, ForwardParamsInSharedMemoryCompileWithoutSpills) {
     }
   }
   EXPECT_EQ(kernels, 64);
+}
+
+// Forward 16-bit rows of 64 elements a thread (no residual, with a weight, N > 32768
+// on sm_90+): RMSNorm and LayerNorm with a bias, weights of x's dtype, the other
+// 16-bit dtype and fp32, rstd (and mean) stored, partly empty last items (N=40000),
+// without spills on sm_90a and sm_100a.
+TEST_F(RmsNormKernelSweep, SixtyFourElementForwardRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"})
+  for (std::int64_t n : {40000, 65536, 262144}) {
+    for (DType x : {bf16, f16}) {
+      for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
+        if (n == 40000 && w != f32) continue;
+        for (const bool center : {false, true}) {
+          RmsFwdSpec f = plain_fwd_spec(n, x);
+          f.weight = w;
+          if (center) f.bias = w;
+          f.center = center;
+          f.store_rstd = true;
+          f.plan = plan_fwd(f, 8, arch_of(target));
+          EXPECT_EQ(f.plan.threads(), 1024) << n << " " << f.plan.str();
+          EXPECT_EQ(f.plan.cluster, n <= 65536 ? 1 : n / 65536) << n << " " << f.plan.str();
+          expect_fwd_clean(f, target);
+          ++kernels;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 2 * (2 * 3 * 2 + 2));
 }
 
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {

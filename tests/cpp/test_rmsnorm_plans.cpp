@@ -423,14 +423,58 @@ TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
   EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 512);  // shorter rows keep 32 elements a thread
   EXPECT_EQ(fwd(32768, f32, true, 80).cluster, 1);
   EXPECT_EQ(fwd(32768, f32, true, 80).tpr, 1024);
+  // fp16 rows whose weight is of another dtype leave the forward pipeline (spilled).
   EXPECT_FALSE(fwd(32768, f16, false, 90, f32).prefetch);
+  EXPECT_FALSE(fwd(32768, f16, false, 90, bf16).prefetch);
+  EXPECT_TRUE(fwd(32768, f16, false, 90, f16).prefetch);
   EXPECT_TRUE(fwd(32768, bf16, false, 90, f32).prefetch);
-  EXPECT_TRUE(fwd(65536, f16, false, 90, f32).prefetch);  // clusters compiled clean with it
+  EXPECT_TRUE(fwd(32768, f16, false, 90).prefetch);  // no weight
+}
+
+// Forward 16-bit rows with a weight, no residual, beyond one 1024-thread CTA at 32
+// elements a thread (N > 32768): 64 elements a thread, half the CTAs a row, no
+// pipeline, parameters from global memory; RMSNorm and LayerNorm, any weight dtype.
+// Not rows with a residual or without a weight, fp32 rows, calls of few rows, sm_80
+// or 8-byte vectors; N=32768 keeps its one CTA of 32 elements a thread.
+TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
+  auto fwd = [](std::int64_t n, DType x, std::optional<DType> w, bool center = false, bool residual = false,
+                int arch = 90, bool few_rows = false, int max_vec = 8) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    f.weight = w;
+    if (center) f.bias = w;
+    f.center = center;
+    if (residual) f.residual = f.residual_out = x;
+    f.few_rows = few_rows;
+    return plan_fwd(f, max_vec, arch);
+  };
+  for (const bool center : {false, true}) {
+    for (DType x : {bf16, f16}) {
+      for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
+        for (std::int64_t n : {40000, 65536, 131072, 262144}) {
+          const RowPlan p = fwd(n, x, w, center);
+          const std::int64_t threads = n / 64;  // 8-element vectors, 8 a thread
+          EXPECT_EQ(p.cluster, threads <= 1024 ? 1 : threads / 1024) << n << " " << p.str();
+          EXPECT_EQ(p.tpr, 1024) << n << " " << p.str();
+          EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem && p.smem_bytes == 0) << n << " " << p.str();
+          EXPECT_EQ(p.min_blocks, 1) << p.str();
+        }
+        EXPECT_EQ(fwd(32768, x, w, center).tpr, 1024);  // 32 elements a thread, as before
+        EXPECT_EQ(fwd(32768, x, w, center).cluster, 1);
+      }
+    }
+  }
+  const RowPlan base = fwd(131072, bf16, bf16);
+  EXPECT_EQ(fwd(131072, bf16, bf16, false, /*residual=*/true).cluster, 2 * base.cluster);
+  EXPECT_EQ(fwd(131072, bf16, {}).cluster, 2 * base.cluster);  // no weight: not measured
+  EXPECT_EQ(fwd(131072, bf16, bf16, false, false, 90, /*few_rows=*/true).cluster, 2 * base.cluster);
+  EXPECT_EQ(fwd(131072, f32, f32).cluster, 4);                        // fp32: 32 elements, 4 CTAs
+  EXPECT_FALSE(fwd(131072, bf16, bf16, false, false, /*arch=*/80).regs);  // sm_80: two passes, as before
+  EXPECT_EQ(fwd(131072, bf16, bf16, false, false, 90, false, /*max_vec=*/4).cluster, 4);  // 32 elements
 }
 
 // Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs
-// read the weight (and a 16-bit bias) from shared memory, at most 128 KB a CTA;
-// not rows of one CTA (N=32768, which spilled with it), calls of few rows,
+// with a residual or in calls of few rows read the weight (and a 16-bit bias) from
+// shared memory, at most 128 KB a CTA; not rows of one CTA (N=32768, which spilled with it), calls of few rows,
 // LayerNorm or fp32 rows or fp32 parameters (slower or spilled on H200), nor with
 // NORMKIT_PARAMS_SMEM=0.
 TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
@@ -445,11 +489,15 @@ TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
     f.few_rows = few_rows;
     return plan_fwd(f, 8, 90);
   };
-  const RowPlan bf = fwd(65536, bf16, bf16, {});
+  // Rows without a residual: calls of few rows (the others take 64 elements a thread).
+  const RowPlan bf = fwd(65536, bf16, bf16, {}, false, false, true, /*few_rows=*/true);
   EXPECT_TRUE(bf.params_smem && bf.prefetch) << bf.str();
   EXPECT_EQ(bf.smem_bytes, 65536 / 2 * 2) << bf.str();  // half the row's weight, bf16
-  EXPECT_EQ(fwd(262144, bf16, bf16, bf16).smem_bytes, 262144 / 8 * 4) << "weight and bias, bf16";
+  EXPECT_EQ(fwd(262144, bf16, bf16, bf16, false, false, true, true).smem_bytes, 262144 / 8 * 4)
+      << "weight and bias, bf16";
+  EXPECT_FALSE(fwd(65536, bf16, bf16, {}).params_smem);        // 64 elements a thread
   EXPECT_TRUE(fwd(131072, f16, f16, {}, true).params_smem);  // with a residual
+  EXPECT_EQ(fwd(131072, bf16, bf16, bf16, true).smem_bytes, 131072 / 4 * 4);
   EXPECT_FALSE(fwd(262144, bf16, f32, f32).params_smem);    // fp32 parameters
   EXPECT_EQ(fwd(262144, bf16, f32, f32).smem_bytes, 0);
   EXPECT_FALSE(fwd(131072, bf16, bf16, bf16, false, true).params_smem);  // LayerNorm

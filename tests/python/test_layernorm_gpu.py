@@ -245,18 +245,20 @@ def test_fp32_rows_with_residual_over_clusters(kind, m, n):
     check_exact("residual_out", res_out, res_ref)
     check("rstd", rstd, rstd_ref)
 # Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs
-# (N >= 65536): weight and bias read by the epilogue from shared memory
-# (RowPlan.params_smem), against the float64 reference and against the plans before
-# it (NORMKIT_PARAMS_SMEM=0) on the same inputs, which must agree exactly (the same
-# arithmetic): the pipeline's persistent rows (bf16 without a residual, rows left
-# over for its last pass), rows with a residual, weight and bias, fp16, and per-head
-# weights, which the pipeline reads from global memory (their head changes from
-# row to row). LayerNorm and fp32 rows keep the global reads (slower with it).
+# (N >= 65536) with a residual, or in calls of few rows: weight and bias read by the
+# epilogue from shared memory (RowPlan.params_smem), against the float64 reference
+# and against the plans before it (NORMKIT_PARAMS_SMEM=0) on the same inputs, which
+# must agree exactly (the same arithmetic): the pipeline's persistent rows (few rows
+# without a residual), rows with a residual, weight and bias, fp16, and per-head
+# weights, which the pipeline reads from global memory (their head changes from row
+# to row). Other rows without a residual take 64 elements a thread instead (the test
+# below); LayerNorm and fp32 rows keep the global reads (slower with it).
 @pytest.mark.parametrize("xdt,rdt,wdt,with_bias,heads,m,n", [
-    (BF16, None, BF16, False, 1, 300, 65536), (BF16, FP32, BF16, False, 1, 70, 131072),
-    (BF16, None, BF16, True, 1, 40, 262144), (FP16, FP16, FP16, False, 1, 64, 65536),
-    (BF16, None, BF16, False, 4, 75, 65536)],
-    ids=["bf16-N65536", "bf16-res-fp32-N131072", "bf16-bias-N262144", "fp16-res-N65536", "bf16-4heads-N65536"])
+    (BF16, None, BF16, False, 1, 16, 65536), (BF16, FP32, BF16, False, 1, 70, 131072),
+    (BF16, None, BF16, True, 1, 4, 262144), (FP16, FP16, FP16, False, 1, 64, 65536),
+    (BF16, None, BF16, False, 4, 4, 65536), (BF16, BF16, BF16, True, 1, 40, 262144)],
+    ids=["bf16-few-rows-N65536", "bf16-res-fp32-N131072", "bf16-bias-few-rows-N262144", "fp16-res-N65536",
+         "bf16-4heads-few-rows-N65536", "bf16-res-bias-N262144"])
 def test_forward_params_in_shared_memory(xdt, rdt, wdt, with_bias, heads, m, n):
     shape = (m, heads, n) if heads > 1 else (m, n)
     pshape = (heads, n) if heads > 1 else (n,)
@@ -276,6 +278,35 @@ def test_forward_params_in_shared_memory(xdt, rdt, wdt, with_bias, heads, m, n):
 
     check_both_plans("NORMKIT_PARAMS_SMEM", call, check_outputs,
                      poison=((shape, xdt), (shape, rdt or xdt), (shape[:-1], FP32), (shape[:-1], FP32)))
+
+
+# Forward 16-bit rows with a weight and without a residual, too long for one
+# 1024-thread CTA at 32 elements a thread (N > 32768): 64 elements a thread, half
+# the CTAs a row (RowPlan for such rows: no pipeline, parameters from global memory),
+# RMSNorm and LayerNorm, weights of x's dtype and fp32, a bias, a row length that
+# leaves the last items of a thread partly empty (N=40000), per-head weights.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("xdt,wdt,with_bias,heads,m,n", [
+    (BF16, BF16, False, 1, 20, 65536), (FP16, FP16, True, 1, 9, 131072), (BF16, FP32, False, 1, 5, 262144),
+    (FP16, FP32, True, 1, 40, 40000), (BF16, BF16, True, 1, 9, 131072), (FP16, BF16, False, 1, 20, 65536),
+    (BF16, BF16, False, 2, 3, 262144)],
+    ids=["bf16-N65536", "fp16-bias-N131072", "bf16-wfp32-N262144", "fp16-wfp32-bias-N40000",
+         "bf16-bias-N131072", "fp16-wbf16-N65536", "bf16-2heads-N262144"])
+def test_sixteen_bit_rows_of_sixty_four_elements_a_thread(op, xdt, wdt, with_bias, heads, m, n):
+    shape = (m, heads, n) if heads > 1 else (m, n)
+    pshape = (heads, n) if heads > 1 else (n,)
+    x, w = rand(shape, xdt), rand(pshape, wdt)
+    b = rand(pshape, wdt) if with_bias else None
+    poison_next_allocations((shape, xdt), (shape[:-1], FP32), (shape[:-1], FP32))
+    if op == "rmsnorm":
+        y, _, _, rstd_ref = ref_forward(x, w, b)
+        out, _, rstd = rmsnorm_fwd(x, w, bias=b, eps=EPS, store_rstd=True)
+    else:
+        y, _, _, mean_ref, rstd_ref = ln_ref_forward(x, w, b)
+        out, _, mean, rstd = layernorm_fwd(x, w, b, eps=EPS, store_rstd=True, store_mean=True)
+        check("mean", mean, mean_ref, atol_extra=1e-6)
+    check("out", out, y)
+    check("rstd", rstd, rstd_ref)
 
 
 def test_module_is_a_drop_in(fresh_dynamo):
