@@ -112,7 +112,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.612 -> 0.748, 262144 0.599 -> 0.711. Only with a weight (as measured) and not
   // for calls of few rows (planned for latency).
   const bool raw64 = !in.backward && in.x_bytes == 2 && !in.residual && in.weight_bytes > 0 && in.arch >= 90 &&
-                     p.vec * in.x_bytes == 16 && !in.few_rows && threads_for(32) > 1024;
+                     p.vec * in.x_bytes == 16 && !in.few_rows && threads_for(32) >= 1024;
   std::int64_t tpr;
   int tpr_max;
   bool ring_db16 = false;  // backward: ring_rows_db's rows of 16 columns a thread (below)
@@ -390,6 +390,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // EARLY_PARAMS): RMSNorm fp32 M=1-128 N=4096-8192 4.9-5.9 -> 2.4-3.6 us, with a
   // residual 8.2-8.8 -> 3.0-5.3; LayerNorm bf16 4.0-4.5 -> 2.7-3.3.
   if (p.early_params) p.min_blocks = 1;
+  // 64 elements a thread: 1024 threads' 64 registers per SM, CTAs of 512 threads (N=32768) two.
+  if (raw64) p.min_blocks = static_cast<int>(1024 / p.threads());
   // RMSNorm's 16-bit backward rows without dresidual_out hold h, dout and dw sums in
   // fewer registers than the estimate above counts (ptxas: 69-72 where it allows 102):
   // more CTAs per SM, as the NORMKIT_XPLAN sweep measured (H200, bf16, one run at

@@ -423,19 +423,21 @@ TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
   EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 512);  // shorter rows keep 32 elements a thread
   EXPECT_EQ(fwd(32768, f32, true, 80).cluster, 1);
   EXPECT_EQ(fwd(32768, f32, true, 80).tpr, 1024);
-  // fp16 rows whose weight is of another dtype leave the forward pipeline (spilled).
-  EXPECT_FALSE(fwd(32768, f16, false, 90, f32).prefetch);
-  EXPECT_FALSE(fwd(32768, f16, false, 90, bf16).prefetch);
-  EXPECT_TRUE(fwd(32768, f16, false, 90, f16).prefetch);
-  EXPECT_TRUE(fwd(32768, bf16, false, 90, f32).prefetch);
-  EXPECT_TRUE(fwd(32768, f16, false, 90).prefetch);  // no weight
+  // fp16 rows whose weight is of another dtype leave the forward pipeline (spilled;
+  // on sm_90 such rows with a weight take 64 elements a thread and no pipeline anyway).
+  EXPECT_FALSE(fwd(32768, f16, false, 80, f32).prefetch);
+  EXPECT_FALSE(fwd(32768, f16, false, 80, bf16).prefetch);
+  EXPECT_TRUE(fwd(32768, f16, false, 80, f16).prefetch);
+  EXPECT_TRUE(fwd(32768, bf16, false, 80, f32).prefetch);
+  EXPECT_FALSE(fwd(32768, f16, false, 90).prefetch);  // sm_90: 64 elements a thread
 }
 
-// Forward 16-bit rows with a weight, no residual, beyond one 1024-thread CTA at 32
-// elements a thread (N > 32768): 64 elements a thread, half the CTAs a row, no
-// pipeline, parameters from global memory; RMSNorm and LayerNorm, any weight dtype.
-// Not rows with a residual or without a weight, fp32 rows, calls of few rows, sm_80
-// or 8-byte vectors; N=32768 keeps its one CTA of 32 elements a thread.
+// Forward 16-bit rows with a weight, no residual, of 1024 threads or more at 32
+// elements a thread (N >= 16385): 64 elements a thread, half the threads a row (two
+// 512-thread CTAs per SM at N=32768), no pipeline, parameters from global memory;
+// RMSNorm and LayerNorm, any weight dtype. Not rows with a residual or without a
+// weight, fp32 rows, calls of few rows, sm_80 or 8-byte vectors; N=16384 keeps its
+// 512-thread CTA of 32 elements a thread.
 TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
   auto fwd = [](std::int64_t n, DType x, std::optional<DType> w, bool center = false, bool residual = false,
                 int arch = 90, bool few_rows = false, int max_vec = 8) {
@@ -450,16 +452,16 @@ TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
   for (const bool center : {false, true}) {
     for (DType x : {bf16, f16}) {
       for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
-        for (std::int64_t n : {40000, 65536, 131072, 262144}) {
+        for (std::int64_t n : {32768, 40000, 65536, 131072, 262144}) {
           const RowPlan p = fwd(n, x, w, center);
           const std::int64_t threads = n / 64;  // 8-element vectors, 8 a thread
           EXPECT_EQ(p.cluster, threads <= 1024 ? 1 : threads / 1024) << n << " " << p.str();
-          EXPECT_EQ(p.tpr, 1024) << n << " " << p.str();
+          EXPECT_EQ(p.tpr, n == 32768 ? 512 : 1024) << n << " " << p.str();
+          EXPECT_EQ(p.rows, 1) << n << " " << p.str();
           EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem && p.smem_bytes == 0) << n << " " << p.str();
-          EXPECT_EQ(p.min_blocks, 1) << p.str();
+          EXPECT_EQ(p.min_blocks, n == 32768 ? 2 : 1) << p.str();  // 64 registers a thread
         }
-        EXPECT_EQ(fwd(32768, x, w, center).tpr, 1024);  // 32 elements a thread, as before
-        EXPECT_EQ(fwd(32768, x, w, center).cluster, 1);
+        EXPECT_EQ(fwd(16384, x, w, center).tpr, 512);  // 32 elements a thread, as before
       }
     }
   }

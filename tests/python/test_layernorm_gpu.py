@@ -280,18 +280,20 @@ def test_forward_params_in_shared_memory(xdt, rdt, wdt, with_bias, heads, m, n):
                      poison=((shape, xdt), (shape, rdt or xdt), (shape[:-1], FP32), (shape[:-1], FP32)))
 
 
-# Forward 16-bit rows with a weight and without a residual, too long for one
-# 1024-thread CTA at 32 elements a thread (N > 32768): 64 elements a thread, half
-# the CTAs a row (RowPlan for such rows: no pipeline, parameters from global memory),
+# Forward 16-bit rows with a weight and without a residual of 1024 threads or more
+# at 32 elements a thread (N > 16384): 64 elements a thread, half the threads a row
+# (RowPlan for such rows: no pipeline, parameters from global memory),
 # RMSNorm and LayerNorm, weights of x's dtype and fp32, a bias, a row length that
 # leaves the last items of a thread partly empty (N=40000), per-head weights.
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("xdt,wdt,with_bias,heads,m,n", [
     (BF16, BF16, False, 1, 20, 65536), (FP16, FP16, True, 1, 9, 131072), (BF16, FP32, False, 1, 5, 262144),
     (FP16, FP32, True, 1, 40, 40000), (BF16, BF16, True, 1, 9, 131072), (FP16, BF16, False, 1, 20, 65536),
-    (BF16, BF16, False, 2, 3, 262144)],
+    (BF16, BF16, False, 2, 3, 262144), (BF16, FP32, True, 1, 40, 32768), (FP16, FP16, False, 1, 33, 32768),
+    (BF16, BF16, False, 1, 40, 20000)],
     ids=["bf16-N65536", "fp16-bias-N131072", "bf16-wfp32-N262144", "fp16-wfp32-bias-N40000",
-         "bf16-bias-N131072", "fp16-wbf16-N65536", "bf16-2heads-N262144"])
+         "bf16-bias-N131072", "fp16-wbf16-N65536", "bf16-2heads-N262144", "bf16-wfp32-bias-N32768",
+         "fp16-N32768", "bf16-N20000"])
 def test_sixteen_bit_rows_of_sixty_four_elements_a_thread(op, xdt, wdt, with_bias, heads, m, n):
     shape = (m, heads, n) if heads > 1 else (m, n)
     pshape = (heads, n) if heads > 1 else (n,)
