@@ -133,7 +133,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
     tpr = threads_for(raw64 ? 64 : fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
-    tpr_max = 1024;
+    tpr_max = raw64 ? 512 : 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
