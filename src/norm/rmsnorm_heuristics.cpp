@@ -99,18 +99,27 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   p.regs = true;
   p.row_sums = in.backward;
   const bool fp32_with_residual = !in.backward && in.x_bytes == 4 && in.residual && in.arch >= 90;
-  // Forward 16-bit rows without a residual that 32 elements a thread spread over a
-  // cluster of 1024-thread CTAs (N > 32768) take 64 instead: half the CTAs a row.
-  // A cluster of 4-8 CTAs needs that many free SMs of one GPC at once, and ncu saw
-  // RMSNorm bf16 N=131072's clusters of four fill at most 120 of the H200's 132 SMs
-  // (30 active clusters; docs/perf/h200-2026-11-30d.md). The row stays raw in
-  // registers (32 of 1024 threads' 64 at 64 elements), so there is no room for the
-  // pipeline's second row (`prefetch`) and the parameters stay in global memory (no
-  // `params_smem`): both were off in the measurement. H200, M*N = 2^27, ratio to copy,
-  // one NORMKIT_XPLAN run (docs/perf/h200-2026-11-30d.md): RMSNorm bf16 N=65536
-  // 0.832 -> 0.857, 131072 0.759 -> 0.812, 262144 0.737 -> 0.771; LayerNorm 131072
-  // 0.612 -> 0.748, 262144 0.599 -> 0.711. Only with a weight (as measured) and not
-  // for calls of few rows (planned for latency).
+  // Forward 16-bit rows with a weight and without a residual whose 32 elements a
+  // thread take 1024 threads or more (N > 16384) hold 64 elements a thread, raw, in
+  // CTAs of 512 threads, two per SM (64 registers each, as one 1024-thread CTA has),
+  // over a cluster beyond N=32768. One 1024-thread CTA per SM idled from the end of
+  // its loads to its next row's (the forward pipeline below answers that with a
+  // second raw row, for which 64 elements leave no registers, so these rows go
+  // without it, and without `params_smem`: both were off in the measurements). H200,
+  // M*N = 2^27, ratio to copy, A/B bench of two runs each (docs/perf/h200-2026-11-30e.md):
+  //   1024-thread CTAs of 64 elements, half the CTAs a row (4996d87 -> 06872c2):
+  //   RMSNorm bf16 N=131072 0.785 -> 0.820, 262144 0.725 -> 0.788 (fp16 0.678 -> 0.821,
+  //   0.624 -> 0.793); LayerNorm bf16 0.626 -> 0.740, 0.596 -> 0.715.
+  //   Then 512-thread CTAs (06872c2 -> aaf26cf -> 5abd9fa): RMSNorm bf16 N=20480
+  //   0.789 -> 0.958, 32768 0.873 -> 0.942, 65536 0.849 -> 0.870, 131072 0.820 ->
+  //   0.838, 262144 0.782 -> 0.803; LayerNorm bf16 0.596 -> 0.927, 0.723 -> 0.930,
+  //   0.772 -> 0.816, 0.742 -> 0.763, 0.716 -> 0.757; fp16 alike.
+  // Not measured, so not planned: rows without a weight (they keep the pipeline),
+  // calls of few rows (planned for latency), sm_80.
+  // LayerNorm rows that store mean and rstd (the training forward) over a cluster
+  // keep 1024-thread CTAs (one per SM, as 06872c2 measured without the statistics):
+  // in 512-thread CTAs ptxas sm_90a spilled 16 bytes (bf16 x, 16-bit weight and
+  // bias, N=65536 and 131072); without the statistics, and RMSNorm, compiled clean.
   const bool raw64 = !in.backward && in.x_bytes == 2 && !in.residual && in.weight_bytes > 0 && in.arch >= 90 &&
                      p.vec * in.x_bytes == 16 && !in.few_rows && threads_for(32) >= 1024;
   std::int64_t tpr;
@@ -119,8 +128,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (!in.backward) {
     // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
     // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
-    // instead of one) measured slower on H200 (docs/perf/h200.md, 2026-11-29):
-    // bf16 N=32768 0.71x copy against 0.79x, N=262144 0.53x against 0.58x.
+    // instead of one) measured slower on H200 at 32 elements a thread
+    // (docs/perf/h200.md, 2026-11-29): bf16 N=32768 0.71x copy against 0.79x,
+    // N=262144 0.53x against 0.58x; at 64 (raw64, above) faster.
     // fp32 rows with a residual (h in fp32 beside the residual's loads) spilled
     // 16-72 bytes at 32 elements a thread under the 64 registers of 1024-thread CTAs
     // (ptxas sm_90a and sm_100a, RMSNorm and LayerNorm, N >= 32768): 16 there, the
@@ -133,7 +143,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
     tpr = threads_for(raw64 ? 64 : fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
-    tpr_max = raw64 ? 512 : 1024;
+    const bool raw64_pairs = raw64 && !(in.center && in.store_stats && threads_for(64) > 512);
+    tpr_max = raw64_pairs ? 512 : 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
@@ -390,7 +401,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // EARLY_PARAMS): RMSNorm fp32 M=1-128 N=4096-8192 4.9-5.9 -> 2.4-3.6 us, with a
   // residual 8.2-8.8 -> 3.0-5.3; LayerNorm bf16 4.0-4.5 -> 2.7-3.3.
   if (p.early_params) p.min_blocks = 1;
-  // 64 elements a thread: 1024 threads' 64 registers per SM, CTAs of 512 threads (N=32768) two.
+  // 64 elements a thread (raw64): 64 registers each of 1024 threads per SM.
   if (raw64) p.min_blocks = static_cast<int>(1024 / p.threads());
   // RMSNorm's 16-bit backward rows without dresidual_out hold h, dout and dw sums in
   // fewer registers than the estimate above counts (ptxas: 69-72 where it allows 102):

@@ -92,6 +92,8 @@ struct RowPlanInputs {
   int weight_bytes = 0;
   int bias_bytes = 0;
   bool params_smem_allowed = true;
+  // Forward: rstd (and LayerNorm's mean) are stored, as in training.
+  bool store_stats = false;
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
   bool many_heads = false;

@@ -81,6 +81,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
   in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
   in.params_smem_allowed = s.params_smem_allowed;
+  in.store_stats = s.store_rstd;
   return plan_rows(in);
 }
 

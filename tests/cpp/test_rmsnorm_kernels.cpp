@@ -5,6 +5,7 @@
 // sm_100a with zero local-memory spill bytes in the ptxas report. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,8 @@ class RmsNormKernelSweep : public nktest::FreshRuntime {
   void expect_fwd_clean(const RmsFwdSpec& f, const std::string& target) {
     const normkit::rt::KernelSource source = fwd_source(f);
     auto kf = rt().compile(source, Target::parse(target));
-    EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0) << target << " fwd n=" << f.n << " " << f.plan.str();
+    EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0)
+        << target << " fwd n=" << f.n << " " << f.plan.str() << " " << source.template_args;
     EXPECT_EQ(source.family, f.center ? "layernorm_fwd" : "rmsnorm_fwd");
   }
   // Compiles every kernel a planned backward spec launches (row, dot, column
@@ -415,33 +417,39 @@ TEST_F(RmsNormKernelSweep, ForwardParamsInSharedMemoryCompileWithoutSpills) {
   EXPECT_EQ(kernels, 64);
 }
 
-// Forward 16-bit rows of 64 elements a thread (no residual, with a weight, N > 32768
-// on sm_90+): RMSNorm and LayerNorm with a bias, weights of x's dtype, the other
-// 16-bit dtype and fp32, rstd (and mean) stored, partly empty last items (N=40000),
-// without spills on sm_90a and sm_100a.
+// Forward 16-bit rows of 64 elements a thread in 512-thread CTAs (no residual, with a
+// weight, N > 16384 on sm_90+; clusters beyond N=32768; LayerNorm storing mean and
+// rstd over a cluster in 1024-thread CTAs): RMSNorm and LayerNorm with a bias, weights
+// of x's dtype, the other 16-bit dtype and fp32, statistics stored or not, partly
+// empty last items (N=40000), without spills on sm_90a and sm_100a.
 TEST_F(RmsNormKernelSweep, SixtyFourElementForwardRowsCompileWithoutSpills) {
   int kernels = 0;
   for (const std::string target : {"sm_90a", "sm_100a"})
-  for (std::int64_t n : {32768, 40000, 65536, 262144}) {
+  for (std::int64_t n : {32768, 40000, 65536, 131072, 262144}) {
     for (DType x : {bf16, f16}) {
       for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
-        if ((n == 40000 || n == 32768) && w != f32) continue;
+        if ((n == 40000 || n == 32768 || n == 262144) && w != f32) continue;
         for (const bool center : {false, true}) {
-          RmsFwdSpec f = plain_fwd_spec(n, x);
-          f.weight = w;
-          if (center) f.bias = w;
-          f.center = center;
-          f.store_rstd = true;
-          f.plan = plan_fwd(f, 8, arch_of(target));
-          EXPECT_EQ(f.plan.threads(), n == 32768 ? 512 : 1024) << n << " " << f.plan.str();
-          EXPECT_EQ(f.plan.cluster, n <= 65536 ? 1 : n / 65536) << n << " " << f.plan.str();
-          expect_fwd_clean(f, target);
-          ++kernels;
+          for (const bool stats : {false, true}) {
+            RmsFwdSpec f = plain_fwd_spec(n, x);
+            f.weight = w;
+            if (center) f.bias = w;
+            f.center = center;
+            f.store_rstd = stats;
+            f.plan = plan_fwd(f, 8, arch_of(target));
+            const std::int64_t threads = n == 40000 ? 1024 : n / 64;  // padded to a power of two
+            const std::int64_t cta = center && stats && threads > 512 ? 1024 : 512;
+            EXPECT_EQ(f.plan.threads(), cta) << n << " " << f.plan.str();
+            EXPECT_EQ(f.plan.cluster, std::max<std::int64_t>(1, threads / cta)) << n << " " << f.plan.str();
+            EXPECT_EQ(f.plan.min_blocks, 1024 / cta) << n << " " << f.plan.str();
+            expect_fwd_clean(f, target);
+            ++kernels;
+          }
         }
       }
     }
   }
-  EXPECT_EQ(kernels, 2 * 2 * (2 * 3 * 2 + 2 * 2));
+  EXPECT_EQ(kernels, 2 * 2 * 2 * 2 * (2 * 3 + 3 * 1));
 }
 
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {

@@ -3,6 +3,7 @@
 // target. No compiler, no GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -433,8 +434,8 @@ TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
 }
 
 // Forward 16-bit rows with a weight, no residual, of 1024 threads or more at 32
-// elements a thread (N >= 16385): 64 elements a thread, half the threads a row (two
-// 512-thread CTAs per SM at N=32768), no pipeline, parameters from global memory;
+// elements a thread (N >= 16385): 64 elements a thread in 512-thread CTAs, two per
+// SM, clustered beyond N=32768, no pipeline, parameters from global memory;
 // RMSNorm and LayerNorm, any weight dtype. Not rows with a residual or without a
 // weight, fp32 rows, calls of few rows, sm_80 or 8-byte vectors; N=16384 keeps its
 // 512-thread CTA of 32 elements a thread.
@@ -455,21 +456,39 @@ TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
         for (std::int64_t n : {32768, 40000, 65536, 131072, 262144}) {
           const RowPlan p = fwd(n, x, w, center);
           const std::int64_t threads = n / 64;  // 8-element vectors, 8 a thread
-          EXPECT_EQ(p.cluster, threads <= 1024 ? 1 : threads / 1024) << n << " " << p.str();
-          EXPECT_EQ(p.tpr, n == 32768 ? 512 : 1024) << n << " " << p.str();
+          EXPECT_EQ(p.cluster, n == 40000 ? 2 : std::max<std::int64_t>(1, threads / 512)) << n << " " << p.str();
+          EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
           EXPECT_EQ(p.rows, 1) << n << " " << p.str();
           EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem && p.smem_bytes == 0) << n << " " << p.str();
-          EXPECT_EQ(p.min_blocks, n == 32768 ? 2 : 1) << p.str();  // 64 registers a thread
+          EXPECT_EQ(p.min_blocks, 2) << p.str();  // 64 registers a thread
         }
         EXPECT_EQ(fwd(16384, x, w, center).tpr, 512);  // 32 elements a thread, as before
       }
     }
   }
-  const RowPlan base = fwd(131072, bf16, bf16);
-  EXPECT_EQ(fwd(131072, bf16, bf16, false, /*residual=*/true).cluster, 2 * base.cluster);
-  EXPECT_EQ(fwd(131072, bf16, {}).cluster, 2 * base.cluster);  // no weight: not measured
-  EXPECT_EQ(fwd(131072, bf16, bf16, false, false, 90, /*few_rows=*/true).cluster, 2 * base.cluster);
-  EXPECT_EQ(fwd(131072, f32, f32).cluster, 4);                        // fp32: 32 elements, 4 CTAs
+  // LayerNorm storing mean and rstd (training) over a cluster: 1024-thread CTAs of 64
+  // elements (512 spilled); without a cluster (N=32768) 512 as the others.
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    RmsFwdSpec f = plain_fwd_spec(n, bf16);
+    f.bias = bf16;
+    f.center = true;
+    f.store_rstd = true;
+    const RowPlan p = plan_fwd(f, 8, 90);
+    EXPECT_EQ(p.tpr, n == 32768 ? 512 : 1024) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, std::max<std::int64_t>(1, n / 65536)) << n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, n == 32768 ? 2 : 1) << n << " " << p.str();
+    EXPECT_FALSE(p.prefetch || p.params_smem) << p.str();
+    f.center = false;  // RMSNorm storing rstd: 512 threads
+    EXPECT_EQ(plan_fwd(f, 8, 90).tpr, 512) << n;
+  }
+  // The others: 32 elements a thread, 1024-thread CTAs, four a row at N=131072.
+  EXPECT_EQ(fwd(131072, bf16, bf16).cluster, 4);
+  EXPECT_EQ(fwd(131072, bf16, bf16).tpr, 512);
+  for (const RowPlan& other : {fwd(131072, bf16, bf16, false, /*residual=*/true), fwd(131072, bf16, {}),
+                               fwd(131072, bf16, bf16, false, false, 90, /*few_rows=*/true), fwd(131072, f32, f32)}) {
+    EXPECT_EQ(other.cluster, 4) << other.str();
+    EXPECT_EQ(other.tpr, 1024) << other.str();
+  }
   EXPECT_FALSE(fwd(131072, bf16, bf16, false, false, /*arch=*/80).regs);  // sm_80: two passes, as before
   EXPECT_EQ(fwd(131072, bf16, bf16, false, false, 90, false, /*max_vec=*/4).cluster, 4);  // 32 elements
 }
