@@ -106,7 +106,9 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   spec.store_rstd = a.rstd != nullptr || mean != nullptr;
   spec.center = kind.center;
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsForwardElements;
-  spec.params_smem_allowed = runtime.switches().params_smem;
+  const rt::CallSwitches switches = runtime.switches();
+  spec.params_smem_allowed = switches.params_smem;
+  spec.plan_override = switches.forward_plan;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
@@ -119,6 +121,10 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   if (!found) {
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan);
+    if (spec.plan_override.any())
+      rt::warn_once(std::string(kind.fwd_name) + ":override:" + std::to_string(a.shape.n),
+                    std::string(kind.fwd_name) + ": NORMKIT_FORWARD_PLAN forces the plan of N=" +
+                        std::to_string(a.shape.n) + ": " + spec.plan.str());
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
     if (spec.plan.prefetch) {
       rt::LaunchConfig probe;

@@ -142,9 +142,12 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 262144 0.730 -> 0.651; LayerNorm 0.760 -> 0.792, 0.728 -> 0.733, 0.697 ->
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
-    tpr = threads_for(raw64 ? 64 : fp32_with_residual && threads_for(32) >= 1024 ? 16 : 32);
+    tpr = threads_for(in.fwd_elems_per_thread ? in.fwd_elems_per_thread
+                      : raw64                  ? 64
+                      : fp32_with_residual && threads_for(32) >= 1024 ? 16
+                                                                      : 32);
     const bool raw64_pairs = raw64 && !(in.center && in.store_stats && threads_for(64) > 512);
-    tpr_max = raw64_pairs ? 512 : 1024;
+    tpr_max = in.fwd_cta_threads ? in.fwd_cta_threads : raw64_pairs ? 512 : 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
@@ -325,7 +328,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // weight 12 (N=32768). bf16 rows with fp32 weights compiled clean.
   const bool fp16_mixed_weight = in.x_fp16 && !in.weight_as_x;
   if (!in.backward && p.regs && p.tpr >= 1024 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
-      !in.center && !in.bias && in.arch >= 80 && !fp16_mixed_weight && !raw64)
+      !in.center && !in.bias && in.arch >= 80 && !fp16_mixed_weight && !raw64 && !in.fwd_no_prefetch)
     p.prefetch = true;
 
   // Forward calls of few rows load weight and bias with the row (one memory
@@ -430,6 +433,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // registers spilled 8 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
+  if (!in.backward && in.fwd_min_blocks) p.min_blocks = in.fwd_min_blocks;
   return p;
 }
 

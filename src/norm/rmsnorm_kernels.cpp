@@ -82,6 +82,10 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
   in.params_smem_allowed = s.params_smem_allowed;
   in.store_stats = s.store_rstd;
+  in.fwd_elems_per_thread = s.plan_override.elems_per_thread;
+  in.fwd_cta_threads = s.plan_override.cta_threads;
+  in.fwd_min_blocks = s.plan_override.min_blocks;
+  in.fwd_no_prefetch = s.plan_override.no_prefetch;
   return plan_rows(in);
 }
 

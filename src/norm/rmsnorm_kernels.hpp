@@ -8,6 +8,7 @@
 #include <string>
 
 #include "normkit/norm/types.hpp"
+#include "normkit/runtime/config.hpp"
 #include "normkit/runtime/kernel.hpp"
 #include "rmsnorm_heuristics.hpp"
 
@@ -23,6 +24,7 @@ struct RmsFwdSpec {
   bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
   bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
+  rt::ForwardPlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::fwd_*)
 };
 
 struct RmsBwdSpec {

@@ -528,3 +528,28 @@ TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
   EXPECT_FALSE(fwd(65536, bf16, bf16, {}, false, false, /*allowed=*/false).params_smem);
   EXPECT_FALSE(fwd(8192, bf16, bf16, {}, false, false, true, /*few_rows=*/true).params_smem);
 }
+
+// NORMKIT_FORWARD_PLAN's fields replace the forward plan's own choices: elements per
+// thread (threads per row follow), most threads per CTA (a longer row takes a
+// cluster), min_blocks, and the pipeline turned off; the backward ignores them.
+TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
+  RmsFwdSpec f = plain_fwd_spec(131072, f32);
+  const RowPlan base = plan_fwd(f, 8, 90);
+  EXPECT_EQ(base.tpr, 1024);
+  EXPECT_EQ(base.cluster, 4);
+  f.plan_override.cta_threads = 512;
+  const RowPlan cta = plan_fwd(f, 8, 90);
+  EXPECT_EQ(cta.tpr, 512) << cta.str();
+  EXPECT_EQ(cta.cluster, 8) << cta.str();
+  f.plan_override.elems_per_thread = 64;
+  const RowPlan ept = plan_fwd(f, 8, 90);  // 131072 / 4 / 16 vectors = 2048 threads
+  EXPECT_EQ(ept.cluster, 4) << ept.str();
+  f.plan_override.min_blocks = 3;
+  EXPECT_EQ(plan_fwd(f, 8, 90).min_blocks, 3);
+
+  RmsFwdSpec plain = plain_fwd_spec(131072, bf16);
+  plain.weight.reset();  // no weight: the pipeline
+  EXPECT_TRUE(plan_fwd(plain, 8, 90).prefetch);
+  plain.plan_override.no_prefetch = true;
+  EXPECT_FALSE(plan_fwd(plain, 8, 90).prefetch);
+}

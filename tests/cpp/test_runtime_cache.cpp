@@ -97,6 +97,30 @@ TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
   unsetenv("NORMKIT_SYNC_TIMEOUT_US");
 }
 
+TEST(RuntimeConfig, ForwardPlanOverrideParsesItsKeysOrIsAClearError) {
+  unsetenv("NORMKIT_FORWARD_PLAN");
+  EXPECT_FALSE(Config::from_environment().forward_plan.any());
+  setenv("NORMKIT_FORWARD_PLAN", "ept=64,cta=512,minb=2,prefetch=0", 1);
+  const normkit::rt::ForwardPlanOverride o = Config::from_environment().forward_plan;
+  EXPECT_EQ(o.elems_per_thread, 64);
+  EXPECT_EQ(o.cta_threads, 512);
+  EXPECT_EQ(o.min_blocks, 2);
+  EXPECT_TRUE(o.no_prefetch);
+  setenv("NORMKIT_FORWARD_PLAN", "prefetch=1", 1);
+  EXPECT_FALSE(Config::from_environment().forward_plan.any());  // the plan's own choice
+  for (const char* bad : {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17", "prefetch=2",
+                          "tpr=512", "ept", "ept=6x", "cta=-512"}) {
+    setenv("NORMKIT_FORWARD_PLAN", bad, 1);
+    try {
+      Config::from_environment();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const normkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NORMKIT_FORWARD_PLAN"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("NORMKIT_FORWARD_PLAN");
+}
+
 TEST_F(RuntimeCache, RunOnlyMissIsAnErrorAndHitWorks) {
   setenv("NORMKIT_RUN_ONLY", "1", 1);
   fresh();

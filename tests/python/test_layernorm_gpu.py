@@ -16,7 +16,7 @@ from normkit.torch import (  # noqa: E402
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, COMPILE_DTYPES, COMPILE_SHAPES, DW_ATOL, EPS, FP16, FP32, NAMES, _d, _grid_params,
     _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_both_plans, check_exact, fresh_dynamo,
-    poison_next_allocations, pytestmark, rand, ref_forward)
+    plan_switch, poison_next_allocations, pytestmark, rand, ref_forward)
 
 
 def ln_ref_forward(x, weight=None, bias=None, residual=None, *, residual_dtype=None):
@@ -309,6 +309,27 @@ def test_sixteen_bit_rows_of_sixty_four_elements_a_thread(op, xdt, wdt, with_bia
         check("mean", mean, mean_ref, atol_extra=1e-6)
     check("out", out, y)
     check("rstd", rstd, rstd_ref)
+
+
+# NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;
+# 16 elements a thread over 8 of them, or for fp32 rows the two-pass kernel; the
+# pipeline off) compute what the planned kernels do, within the same tolerance of the
+# float64 reference.
+@pytest.mark.parametrize("override", ["cta=512", "ept=16,cta=512,minb=2", "prefetch=0"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("xdt,m,n", [(BF16, 20, 65536), (FP32, 9, 131072)], ids=["bf16-N65536", "fp32-N131072"])
+def test_forward_plan_override(override, op, xdt, m, n):
+    x, w, b = rand((m, n), xdt), rand((n,), xdt), rand((n,), xdt)
+    with plan_switch("NORMKIT_FORWARD_PLAN", override):
+        poison_next_allocations(((m, n), xdt), ((m,), FP32), ((m,), FP32))
+        if op == "rmsnorm":
+            y, _, _, rstd_ref = ref_forward(x, w)
+            out, _, rstd = rmsnorm_fwd(x, w, eps=EPS, store_rstd=True)
+        else:
+            y, _, _, _, rstd_ref = ln_ref_forward(x, w, b)
+            out, _, _, rstd = layernorm_fwd(x, w, b, eps=EPS, store_rstd=True, store_mean=True)
+    check(f"{override}: out", out, y)
+    check(f"{override}: rstd", rstd, rstd_ref)
 
 
 def test_module_is_a_drop_in(fresh_dynamo):
