@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 
 #include "normkit/runtime/config.hpp"
 #include "normkit/runtime/disk_cache.hpp"
@@ -78,6 +79,21 @@ TEST_F(RuntimeCache, BadModeIsAClearError) {
   unsetenv("NORMKIT_CACHE_MODE");
 }
 
+// Each value of `variable` makes Config::from_environment() throw an error that names
+// the variable; the variable is unset afterwards.
+static void expect_each_rejected(const char* variable, std::initializer_list<const char*> values) {
+  for (const char* bad : values) {
+    setenv(variable, bad, 1);
+    try {
+      Config::from_environment();
+      ADD_FAILURE() << variable << "=" << bad << " was accepted";
+    } catch (const normkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+    }
+  }
+  unsetenv(variable);
+}
+
 TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
   unsetenv("NORMKIT_SYNC_TIMEOUT_US");
   EXPECT_EQ(Config::from_environment().sync_timeout_us, 2000u);
@@ -85,16 +101,7 @@ TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
   EXPECT_EQ(Config::from_environment().sync_timeout_us, 0u);
   setenv("NORMKIT_SYNC_TIMEOUT_US", "150", 1);
   EXPECT_EQ(Config::from_environment().sync_timeout_us, 150u);
-  for (const char* bad : {"-1", "1.5", "2ms", "x", " 5"}) {
-    setenv("NORMKIT_SYNC_TIMEOUT_US", bad, 1);
-    try {
-      Config::from_environment();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const normkit::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("NORMKIT_SYNC_TIMEOUT_US"), std::string::npos) << e.what();
-    }
-  }
-  unsetenv("NORMKIT_SYNC_TIMEOUT_US");
+  expect_each_rejected("NORMKIT_SYNC_TIMEOUT_US", {"-1", "1.5", "2ms", "x", " 5"});
 }
 
 TEST(RuntimeConfig, ForwardPlanOverrideParsesItsKeysOrIsAClearError) {
@@ -108,17 +115,8 @@ TEST(RuntimeConfig, ForwardPlanOverrideParsesItsKeysOrIsAClearError) {
   EXPECT_TRUE(o.no_prefetch);
   setenv("NORMKIT_FORWARD_PLAN", "prefetch=1", 1);
   EXPECT_FALSE(Config::from_environment().forward_plan.any());  // the plan's own choice
-  for (const char* bad : {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17", "prefetch=2",
-                          "tpr=512", "ept", "ept=6x", "cta=-512"}) {
-    setenv("NORMKIT_FORWARD_PLAN", bad, 1);
-    try {
-      Config::from_environment();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const normkit::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("NORMKIT_FORWARD_PLAN"), std::string::npos) << e.what();
-    }
-  }
-  unsetenv("NORMKIT_FORWARD_PLAN");
+  expect_each_rejected("NORMKIT_FORWARD_PLAN", {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17",
+                                                 "prefetch=2", "tpr=512", "ept", "ept=6x", "cta=-512"});
 }
 
 TEST_F(RuntimeCache, RunOnlyMissIsAnErrorAndHitWorks) {
