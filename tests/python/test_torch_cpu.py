@@ -500,6 +500,9 @@ def test_compile_fullgraph_module_inductor():
 @pytest.mark.parametrize("eps", [None, 1e-5])
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+# torch.nn.RMSNorm itself (the reference) warns that bf16 input and its fp32 weight
+# miss its fused kernel (torch 2.15 on the CPU); nothing of ours.
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")
 def test_module_matches_torch(shape, normalized, eps, affine, dtype):
     ours = RMSNorm(normalized, eps=eps, elementwise_affine=affine)
     theirs = torch.nn.RMSNorm(normalized, eps=eps, elementwise_affine=affine)
