@@ -315,7 +315,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   }
 
   // Forward rows of 1024-thread CTAs (one CTA per SM: 16-bit N >= 32768, clusters
-  // beyond 32768) walk rows persistently and prefetch the next (norm_fwd_kernel's
+  // beyond 32768; on sm_90 now rows without a weight or in calls of few rows, the
+  // others take raw64's two 512-thread CTAs per SM) walk rows persistently and prefetch the next (norm_fwd_kernel's
   // PREFETCH): a CTA alone on its SM idled from the end of its loads to the next
   // CTA's start. H200, M*N = 2^27, bf16 without residual, ratio to copy without ->
   // with (two runs with it, docs/perf/h200.md): N=32768 0.83 -> 0.97 / 0.88, 65536
@@ -352,7 +353,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.721; with a residual 0.760 -> 0.798, 0.747 -> 0.748, 0.686 -> 0.729. It lost
   // for LayerNorm bf16 (weight and bias; 0.676 -> 0.468 at N=65536, 0.725 -> 0.723
   // with a residual) and RMSNorm fp32 (0.831 -> 0.726 at N=131072), and spilled for
-  // LayerNorm's fp32 rows. NORMKIT_PARAMS_SMEM=0 turns it off.
+  // LayerNorm's fp32 rows. NORMKIT_PARAMS_SMEM=0 turns it off. Since raw64 (above),
+  // rows without a residual take it only in calls of few rows.
   const bool params_smem_measured = !in.center && in.x_bytes == 2 && in.weight_bytes == 2 &&
                                     (in.bias_bytes == 0 || in.bias_bytes == 2);
   if (!in.backward && in.params_smem_allowed && p.regs && p.threads() == 1024 && p.cluster > 1 && !p.early_params &&
