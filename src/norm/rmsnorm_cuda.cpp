@@ -343,10 +343,16 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
       per_chunk.block.x = static_cast<unsigned>(plan.tpr);
       per_chunk.stream = a.stream;
       per_chunk.pdl = l.kernels.pdl;
-      if (plan.synced) {
+      // Kernels whose CTAs wait for each other's chunk sums: per-row counters after
+      // the sums, zeroed before the launch, and how long a CTA waits before it does
+      // the missing work itself.
+      auto start_sync_counters = [&] {
         p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
         p.sync_timeout_ns = runtime.switches().sync_timeout_us * 1000ull;
         runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
+      };
+      if (plan.synced) {
+        start_sync_counters();
         runtime.launch(l.kernels.rows, per_chunk, args);
       } else {
         // Then dx (and dw/db) per chunk, for a strided set of rows per CTA; with
@@ -358,9 +364,7 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
           // The dw/db running sums in shared memory (norm_bwd_split_kernel's SUMS_SMEM).
           const unsigned sums = (dweight_partial != nullptr ? 1u : 0u) + (dbias_partial != nullptr ? 1u : 0u);
           rows.shared_bytes = sums * static_cast<unsigned>(plan.split_items * plan.vec * plan.tpr) * 4u;
-          p.sync_counters = reinterpret_cast<unsigned*>(p.row_dot_partial + l.dot_floats);
-          p.sync_timeout_ns = runtime.switches().sync_timeout_us * 1000ull;
-          runtime.zero_async(device, p.sync_counters, l.sync_words, a.stream);
+          start_sync_counters();
         } else {
           runtime.launch(l.kernels.row_dots, per_chunk, args);
         }
