@@ -125,6 +125,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   std::int64_t tpr;
   int tpr_max;
   bool ring_db16 = false;  // backward: ring_rows_db's rows of 16 columns a thread (below)
+  bool two_ctas = false;   // forward: two 512-thread CTAs per SM (below)
   if (!in.backward) {
     // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
     // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
@@ -142,12 +143,33 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 262144 0.730 -> 0.651; LayerNorm 0.760 -> 0.792, 0.728 -> 0.733, 0.697 ->
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
-    tpr = threads_for(in.fwd_elems_per_thread ? in.fwd_elems_per_thread
+    const int elems = in.fwd_elems_per_thread ? in.fwd_elems_per_thread
                       : raw64                  ? 64
                       : fp32_with_residual && threads_for(32) >= 1024 ? 16
-                                                                      : 32);
+                                                                      : 32;
+    tpr = threads_for(elems);
     const bool raw64_pairs = raw64 && !(in.center && in.store_stats && threads_for(64) > 512);
-    tpr_max = in.fwd_cta_threads ? in.fwd_cta_threads : raw64_pairs ? 512 : 1024;
+    // The other rows of 1024 threads or more (N >= 32768) at their 32 (fp32 with a
+    // residual: 16) elements a thread take two 512-thread CTAs per SM as well, where
+    // that measured faster: LayerNorm (16-bit with a residual, fp32 with or without
+    // one) and RMSNorm fp32 without a residual, with a weight, while the cluster of
+    // 512-thread CTAs stays within the limits below (N=262144 keeps 1024 threads).
+    // H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN=cta=512,minb=2,
+    // two runs each in one call at 6045181 (docs/perf/h200-2026-11-30f.md):
+    //   LayerNorm bf16 with a residual N=32768 0.783 -> 0.854, 65536 0.735 -> 0.853,
+    //   131072 0.676 -> 0.804; fp32 0.851 -> 0.879, 0.792 -> 0.825, 0.784 -> 0.814;
+    //   fp32 with a residual 0.788 -> 0.810, 0.735 -> 0.774, 0.686 -> 0.700;
+    //   RMSNorm fp32 0.898 -> 0.912, 0.866 -> 0.894, 0.831 -> 0.839.
+    // RMSNorm lost with a residual: bf16 0.951 -> 0.900, 0.899 -> 0.873, 0.851 ->
+    // 0.850; fp32 0.886 -> 0.825, 0.858 -> 0.776, 0.797 -> 0.746.
+    // LayerNorm's 16-bit rows with fp32 weight and bias storing mean and rstd keep
+    // 1024 threads: at 64 registers ptxas sm_90a spilled 72 bytes (N=32768-131072).
+    const bool two_ctas_measured = in.center ? (in.x_bytes == 4 || in.residual) : (in.x_bytes == 4 && !in.residual);
+    const bool two_ctas_spill = in.center && in.store_stats && in.weight_bytes > in.x_bytes;
+    two_ctas = !raw64 && two_ctas_measured && !two_ctas_spill && in.weight_bytes > 0 && in.arch >= 90 && !in.few_rows &&
+               p.vec * in.x_bytes == 16 && threads_for(32) >= 1024 &&
+               next_pow2((tpr + 511) / 512) <= (fp32_with_residual ? 16 : 8);
+    tpr_max = in.fwd_cta_threads ? in.fwd_cta_threads : (raw64_pairs || two_ctas) ? 512 : 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
@@ -408,6 +430,17 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (p.early_params) p.min_blocks = 1;
   // 64 elements a thread (raw64): 64 registers each of 1024 threads per SM.
   if (raw64) p.min_blocks = static_cast<int>(1024 / p.threads());
+  if (two_ctas) p.min_blocks = static_cast<int>(std::max(1, 1024 / p.threads()));
+  // LayerNorm's 16-bit rows with a residual in one 512-thread CTA (N=16384 at 32
+  // elements a thread), 72 registers by the estimate above and one CTA per SM: two at
+  // 64 registers. H200, bf16, M*N = 2^27, ratio to copy, two runs each in one call at
+  // 6045181 (NORMKIT_FORWARD_PLAN=minb=2): 0.913 -> 0.962; N=8192 (256 threads) 0.955
+  // alike. At 64 registers ptxas sm_90a spilled 16-60 bytes for RMSNorm (24), rows
+  // storing mean and rstd, and fp32 weight or bias: those keep one CTA per SM.
+  if (!in.backward && in.center && in.residual && in.x_bytes == 2 && in.weight_bytes == 2 && in.bias_bytes != 4 &&
+      !in.store_stats && in.arch >= 90 && !in.few_rows && p.regs && p.cluster == 1 && p.threads() == 512 &&
+      p.vec * in.x_bytes == 16)
+    p.min_blocks = 2;
   // RMSNorm's 16-bit backward rows without dresidual_out hold h, dout and dw sums in
   // fewer registers than the estimate above counts (ptxas: 69-72 where it allows 102):
   // more CTAs per SM, as the NORMKIT_XPLAN sweep measured (H200, bf16, one run at

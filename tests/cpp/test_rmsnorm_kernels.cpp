@@ -486,3 +486,41 @@ TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
   }
   EXPECT_GT(kernels, 100);
 }
+
+// Forward rows of 32 elements a thread (16: fp32 with a residual) that take two
+// 512-thread CTAs per SM instead of one 1024-thread CTA (N >= 32768 up to clusters
+// of 8, 16 for fp32 rows with a residual): LayerNorm with a residual or fp32 rows,
+// RMSNorm's fp32 rows without one; LayerNorm's 16-bit rows with a residual in one
+// 512-thread CTA (N=16384) at two per SM. Every weight dtype, residual dtype and
+// statistics choice the rules take (the ones they leave spilled), N=40000's partly
+// empty last items, on sm_90a and sm_100a.
+TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"})
+  for (std::int64_t n : {16384, 32768, 40000, 65536, 131072}) {
+    for (DType x : {bf16, f16, f32}) {
+      for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
+        for (std::optional<DType> res : {std::optional<DType>(), std::optional<DType>(x), std::optional<DType>(f32)}) {
+          if (x != f32 && !res) continue;  // 64 elements a thread (the test above)
+          if (res == x && x == f32) continue;
+          for (const bool center : {false, true}) {
+            for (const bool stats : {false, true}) {
+              RmsFwdSpec f = plain_fwd_spec(n, x);
+              f.weight = w;
+              if (center) f.bias = w;
+              f.center = center;
+              f.residual = f.residual_out = res;
+              f.store_rstd = stats;
+              f.plan = plan_fwd(f, 8, arch_of(target));
+              if (f.plan.threads() != 512 || f.plan.min_blocks != 2) continue;
+              EXPECT_TRUE(f.plan.regs && !f.plan.prefetch && !f.plan.params_smem) << n << " " << f.plan.str();
+              expect_fwd_clean(f, target);
+              ++kernels;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 272);  // the rules' kernels: a rule that stops applying shows here
+}

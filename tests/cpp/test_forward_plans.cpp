@@ -1,0 +1,228 @@
+// The forward's rules for long rows (src/norm/rmsnorm_heuristics.cpp): elements a
+// thread, CTA size, CTAs per SM, clusters, shared-memory parameters and the plan
+// override, checked on the plans alone. No compiler, no GPU. (The other rules:
+// test_rmsnorm_plans.cpp.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+
+// fp32 rows with a residual take 16 elements a thread on sm_90+ (32 spilled), over
+// clusters up to 16 CTAs so that N=262144 keeps its row in registers (the in-place
+// fused add needs it); sm_80 keeps 32 (no spills there). fp16 rows with fp32
+// weights leave the pipeline in one CTA (it spilled); bf16 ones keep it.
+TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
+  auto fwd = [](std::int64_t n, DType x, bool residual, int arch, std::optional<DType> w = {}) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    if (residual) f.residual = f.residual_out = x;
+    if (w) f.weight = *w;
+    return plan_fwd(f, 8, arch);
+  };
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    const RowPlan p = fwd(n, f32, true, 90);
+    EXPECT_TRUE(p.regs) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, n / 16384) << p.str();
+    // without a residual: 32 elements a thread in two 512-thread CTAs per SM, up to
+    // clusters of 8 (N=262144 in 1024-thread CTAs)
+    EXPECT_EQ(fwd(n, f32, false, 90).cluster, n == 262144 ? 8 : n / 16384);
+  }
+  EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 512);  // shorter rows keep 32 elements a thread
+  EXPECT_EQ(fwd(32768, f32, true, 80).cluster, 1);
+  EXPECT_EQ(fwd(32768, f32, true, 80).tpr, 1024);
+  // fp16 rows whose weight is of another dtype leave the forward pipeline (spilled;
+  // on sm_90 such rows with a weight take 64 elements a thread and no pipeline anyway).
+  EXPECT_FALSE(fwd(32768, f16, false, 80, f32).prefetch);
+  EXPECT_FALSE(fwd(32768, f16, false, 80, bf16).prefetch);
+  EXPECT_TRUE(fwd(32768, f16, false, 80, f16).prefetch);
+  EXPECT_TRUE(fwd(32768, bf16, false, 80, f32).prefetch);
+  EXPECT_FALSE(fwd(32768, f16, false, 90).prefetch);  // sm_90: 64 elements a thread
+}
+
+// Forward 16-bit rows with a weight, no residual, of 1024 threads or more at 32
+// elements a thread (N >= 16385): 64 elements a thread in 512-thread CTAs, two per
+// SM, clustered beyond N=32768, no pipeline, parameters from global memory;
+// RMSNorm and LayerNorm, any weight dtype. Not rows with a residual or without a
+// weight, fp32 rows, calls of few rows, sm_80 or 8-byte vectors; N=16384 keeps its
+// 512-thread CTA of 32 elements a thread.
+TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
+  auto fwd = [](std::int64_t n, DType x, std::optional<DType> w, bool center = false, bool residual = false,
+                int arch = 90, bool few_rows = false, int max_vec = 8) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    f.weight = w;
+    if (center) f.bias = w;
+    f.center = center;
+    if (residual) f.residual = f.residual_out = x;
+    f.few_rows = few_rows;
+    return plan_fwd(f, max_vec, arch);
+  };
+  for (const bool center : {false, true}) {
+    for (DType x : {bf16, f16}) {
+      for (DType w : {x, f32, x == bf16 ? f16 : bf16}) {
+        for (std::int64_t n : {32768, 40000, 65536, 131072, 262144}) {
+          const RowPlan p = fwd(n, x, w, center);
+          const std::int64_t threads = n / 64;  // 8-element vectors, 8 a thread
+          EXPECT_EQ(p.cluster, n == 40000 ? 2 : std::max<std::int64_t>(1, threads / 512)) << n << " " << p.str();
+          EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
+          EXPECT_EQ(p.rows, 1) << n << " " << p.str();
+          EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem && p.smem_bytes == 0) << n << " " << p.str();
+          EXPECT_EQ(p.min_blocks, 2) << p.str();  // 64 registers a thread
+        }
+        EXPECT_EQ(fwd(16384, x, w, center).tpr, 512);  // 32 elements a thread, as before
+      }
+    }
+  }
+  // LayerNorm storing mean and rstd (training) over a cluster: 1024-thread CTAs of 64
+  // elements (512 spilled); without a cluster (N=32768) 512 as the others.
+  for (std::int64_t n : {32768, 65536, 131072, 262144}) {
+    RmsFwdSpec f = plain_fwd_spec(n, bf16);
+    f.bias = bf16;
+    f.center = true;
+    f.store_rstd = true;
+    const RowPlan p = plan_fwd(f, 8, 90);
+    EXPECT_EQ(p.tpr, n == 32768 ? 512 : 1024) << n << " " << p.str();
+    EXPECT_EQ(p.cluster, std::max<std::int64_t>(1, n / 65536)) << n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, n == 32768 ? 2 : 1) << n << " " << p.str();
+    EXPECT_FALSE(p.prefetch || p.params_smem) << p.str();
+    f.center = false;  // RMSNorm storing rstd: 512 threads
+    EXPECT_EQ(plan_fwd(f, 8, 90).tpr, 512) << n;
+  }
+  // The others: 32 elements a thread, 1024-thread CTAs, four a row at N=131072.
+  EXPECT_EQ(fwd(131072, bf16, bf16).cluster, 4);
+  EXPECT_EQ(fwd(131072, bf16, bf16).tpr, 512);
+  for (const RowPlan& other : {fwd(131072, bf16, bf16, false, /*residual=*/true), fwd(131072, bf16, {}),
+                               fwd(131072, bf16, bf16, false, false, 90, /*few_rows=*/true)}) {
+    EXPECT_EQ(other.cluster, 4) << other.str();
+    EXPECT_EQ(other.tpr, 1024) << other.str();
+  }
+  EXPECT_FALSE(fwd(131072, bf16, bf16, false, false, /*arch=*/80).regs);  // sm_80: two passes, as before
+  EXPECT_EQ(fwd(131072, bf16, bf16, false, false, 90, false, /*max_vec=*/4).cluster, 4);  // 32 elements
+}
+
+// Forward rows of 1024 threads or more at 32 elements a thread (16: fp32 with a
+// residual) take two 512-thread CTAs per SM where that measured faster: LayerNorm
+// with a residual or fp32 rows, RMSNorm fp32 rows without one; up to clusters of 8
+// (16 for fp32 with a residual), so N=262144 keeps 1024 threads. Not RMSNorm with a
+// residual (slower), LayerNorm's 16-bit rows with fp32 parameters storing the
+// statistics (spilled), calls of few rows, sm_80. LayerNorm's 16-bit rows with a
+// residual at N=16384 (one 512-thread CTA) take two per SM with 16-bit parameters
+// and no statistics.
+TEST(RmsNormPlan, LongForwardRowsTakeTwoCtasPerSm) {
+  auto fwd = [](std::int64_t n, DType x, bool center, std::optional<DType> res, DType w, bool stats = false,
+                bool few_rows = false, int arch = 90) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    f.weight = w;
+    if (center) f.bias = w;
+    f.center = center;
+    f.residual = f.residual_out = res;
+    f.store_rstd = stats;
+    f.few_rows = few_rows;
+    return plan_fwd(f, 8, arch);
+  };
+  auto expect_two = [](const RowPlan& p, int cluster) {
+    EXPECT_EQ(p.tpr, 512) << p.str();
+    EXPECT_EQ(p.cluster, cluster) << p.str();
+    EXPECT_EQ(p.min_blocks, 2) << p.str();
+    EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem) << p.str();
+  };
+  for (std::int64_t n : {32768, 65536, 131072}) {
+    const int c16 = static_cast<int>(n / 16384);  // 32 elements of 512 threads
+    for (const bool stats : {false, true}) {
+      expect_two(fwd(n, bf16, true, bf16, bf16, stats), c16);
+      expect_two(fwd(n, f16, true, f32, f16, stats), c16);
+      expect_two(fwd(n, f32, true, {}, f32, stats), c16);
+      expect_two(fwd(n, f32, true, f32, f32, stats), c16 * 2);  // 16 elements a thread
+      expect_two(fwd(n, f32, false, {}, f32, stats), c16);
+      // LayerNorm, 16-bit rows, fp32 parameters, statistics stored: 1024 threads
+      EXPECT_EQ(fwd(n, bf16, true, bf16, f32, stats).tpr, stats ? 1024 : 512) << n;
+      // RMSNorm with a residual: 1024 threads
+      EXPECT_EQ(fwd(n, bf16, false, bf16, bf16, stats).tpr, 1024) << n;
+      EXPECT_EQ(fwd(n, f32, false, f32, f32, stats).tpr, 1024) << n;
+    }
+    EXPECT_EQ(fwd(n, f32, true, {}, f32, false, /*few_rows=*/true).tpr, 1024) << n;
+    EXPECT_NE(fwd(n, f32, true, {}, f32, false, false, /*arch=*/80).tpr, 512) << n;
+  }
+  // N=262144: clusters of 16 of 512 threads (32 of fp32 with a residual) would be
+  // over the limit; 1024 threads as before.
+  EXPECT_EQ(fwd(262144, bf16, true, bf16, bf16).tpr, 1024);
+  EXPECT_EQ(fwd(262144, f32, false, {}, f32).tpr, 1024);
+  EXPECT_EQ(fwd(262144, f32, true, f32, f32).tpr, 1024);
+  // LayerNorm 16-bit with a residual at N=16384: two 512-thread CTAs per SM.
+  EXPECT_EQ(fwd(16384, bf16, true, bf16, bf16).min_blocks, 2);
+  EXPECT_EQ(fwd(16384, f16, true, f32, f16).min_blocks, 2);
+  EXPECT_EQ(fwd(16384, bf16, true, bf16, bf16, /*stats=*/true).min_blocks, 1);
+  EXPECT_EQ(fwd(16384, bf16, true, bf16, f32).min_blocks, 1);
+  EXPECT_EQ(fwd(16384, bf16, false, bf16, bf16).min_blocks, 1);  // RMSNorm
+  EXPECT_EQ(fwd(16384, bf16, true, bf16, bf16).tpr, 512);
+}
+
+// Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs
+// with a residual or in calls of few rows read the weight (and a 16-bit bias) from
+// shared memory, at most 128 KB a CTA; not rows of one CTA (N=32768, which spilled with it), calls of few rows,
+// LayerNorm or fp32 rows or fp32 parameters (slower or spilled on H200), nor with
+// NORMKIT_PARAMS_SMEM=0.
+TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
+  auto fwd = [](std::int64_t n, DType x, std::optional<DType> w, std::optional<DType> b, bool residual = false,
+                bool center = false, bool allowed = true, bool few_rows = false) {
+    RmsFwdSpec f = plain_fwd_spec(n, x);
+    f.weight = w;
+    f.bias = b;
+    if (residual) f.residual = f.residual_out = x;
+    f.center = center;
+    f.params_smem_allowed = allowed;
+    f.few_rows = few_rows;
+    return plan_fwd(f, 8, 90);
+  };
+  // Rows without a residual: calls of few rows (the others take 64 elements a thread).
+  const RowPlan bf = fwd(65536, bf16, bf16, {}, false, false, true, /*few_rows=*/true);
+  EXPECT_TRUE(bf.params_smem && bf.prefetch) << bf.str();
+  EXPECT_EQ(bf.smem_bytes, 65536 / 2 * 2) << bf.str();  // half the row's weight, bf16
+  EXPECT_EQ(fwd(262144, bf16, bf16, bf16, false, false, true, true).smem_bytes, 262144 / 8 * 4)
+      << "weight and bias, bf16";
+  EXPECT_FALSE(fwd(65536, bf16, bf16, {}).params_smem);        // 64 elements a thread
+  EXPECT_TRUE(fwd(131072, f16, f16, {}, true).params_smem);  // with a residual
+  EXPECT_EQ(fwd(131072, bf16, bf16, bf16, true).smem_bytes, 131072 / 4 * 4);
+  EXPECT_FALSE(fwd(262144, bf16, f32, f32).params_smem);    // fp32 parameters
+  EXPECT_EQ(fwd(262144, bf16, f32, f32).smem_bytes, 0);
+  EXPECT_FALSE(fwd(131072, bf16, bf16, bf16, false, true).params_smem);  // LayerNorm
+  EXPECT_FALSE(fwd(131072, f32, f32, {}).params_smem);                   // fp32 rows
+  EXPECT_FALSE(fwd(32768, bf16, bf16, {}).params_smem);  // one CTA a row
+  EXPECT_FALSE(fwd(65536, bf16, {}, {}).params_smem);    // nothing to hold
+  EXPECT_FALSE(fwd(65536, bf16, bf16, {}, false, false, /*allowed=*/false).params_smem);
+  EXPECT_FALSE(fwd(8192, bf16, bf16, {}, false, false, true, /*few_rows=*/true).params_smem);
+}
+
+// NORMKIT_FORWARD_PLAN's fields replace the forward plan's own choices: elements per
+// thread (threads per row follow), most threads per CTA (a longer row takes a
+// cluster), min_blocks, and the pipeline turned off; the backward ignores them.
+TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
+  RmsFwdSpec f = plain_fwd_spec(131072, f32);
+  const RowPlan base = plan_fwd(f, 8, 90);
+  EXPECT_EQ(base.tpr, 512);
+  EXPECT_EQ(base.cluster, 8);
+  EXPECT_EQ(base.min_blocks, 2);
+  f.plan_override.cta_threads = 1024;
+  const RowPlan wide = plan_fwd(f, 8, 90);
+  EXPECT_EQ(wide.tpr, 1024) << wide.str();
+  EXPECT_EQ(wide.cluster, 4) << wide.str();
+  EXPECT_EQ(wide.min_blocks, 1) << wide.str();
+  f.plan_override.cta_threads = 512;
+  const RowPlan cta = plan_fwd(f, 8, 90);
+  EXPECT_EQ(cta.tpr, 512) << cta.str();
+  EXPECT_EQ(cta.cluster, 8) << cta.str();
+  f.plan_override.elems_per_thread = 64;
+  const RowPlan ept = plan_fwd(f, 8, 90);  // 131072 / 4 / 16 vectors = 2048 threads
+  EXPECT_EQ(ept.cluster, 4) << ept.str();
+  f.plan_override.min_blocks = 3;
+  EXPECT_EQ(plan_fwd(f, 8, 90).min_blocks, 3);
+
+  RmsFwdSpec plain = plain_fwd_spec(131072, bf16);
+  plain.weight.reset();  // no weight: the pipeline
+  EXPECT_TRUE(plan_fwd(plain, 8, 90).prefetch);
+  plain.plan_override.no_prefetch = true;
+  EXPECT_FALSE(plan_fwd(plain, 8, 90).prefetch);
+}
