@@ -9,7 +9,7 @@ closing each round), so that their differences say what each layer adds:
   normkit.torch.rmsnorm      the public call (what `normkit bench` reports)
   _torch_C.rmsnorm           the C++ eager path alone (checks, allocation, launch)
   _C.rmsnorm_fwd             normkit's C API on preallocated tensors: plan memo and launch only
-  _ops._eager_ok             the public call's Python checks before the C++ entry
+  _ops._is_compiling         the public call's one Python check before the C++ entry
   _torch_C parse only        the C++ entry's argument conversion and first check (returns None)
   torch.empty_like           one output allocation by PyTorch's caching allocator
   cupy empty kernel          a driver launch of an empty kernel (the floor), when CuPy is there
@@ -68,7 +68,7 @@ def main():
         "_C.rmsnorm_fwd": c_api,
         # The wrapper's own checks, and the C++ entry's argument conversion alone
         # (a 0-d x fails its first check and returns None before any allocation).
-        "_ops._eager_ok": lambda: _ops._eager_ok(x, w, None, None),
+        "_ops._is_compiling": _ops._is_compiling,
         "_torch_C parse only": (lambda: ext.rmsnorm(x0, w, None, None, None, None, 1e-6, False, 0.0))
         if ext is not None else None,
         "torch.empty_like": lambda: torch.empty_like(x),

@@ -28,7 +28,11 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Functions.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <array>
 #include <cmath>
@@ -495,19 +499,49 @@ py::object bwd_call(const Tensor& x, const std::optional<Tensor>& weight, const 
   return py::make_tuple((*outs)[0], (*outs)[1], (*outs)[2], (*outs)[3]);
 }
 
-// The bound signatures: RMSNorm's take weight_offset, LayerNorm's take mean.
-
-py::object rmsnorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
-                   const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
-                   bool prenorm, double weight_offset) {
-  return norm_call<RmsNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm,
-                                    weight_offset);
+// The public entry points (normkit.torch.rmsnorm / layernorm) take their tensors as
+// Python objects and decide here, not in the Python wrapper, whether the call is
+// plain: torch.Tensor or nn.Parameter objects (not subclasses, whose
+// __torch_function__ must see the call), with no dispatch mode, torch function mode
+// or functorch transform active (those must see the custom op). The same tests in
+// Python cost 0.75 us a call on the H200 machine (scripts/host_breakdown.py,
+// 7514632), an eighth of the call. torch.compile never reaches this: the wrapper
+// asks torch.compiler.is_compiling() first, which Dynamo answers while tracing.
+bool plain_tensor_object(py::handle h, bool none_ok) {
+  return (none_ok && h.is_none()) || THPVariable_CheckExact(h.ptr());
+}
+bool no_mode_or_transform() {
+  const c10::DispatchKeySet included = c10::impl::tls_local_dispatch_key_set().included_;
+  return c10::impl::TorchDispatchModeTLS::stack_len() == 0 && at::impl::PythonTorchFunctionTLS::stack_len() == 0 &&
+         !included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) &&
+         !included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
+}
+std::optional<Tensor> tensor_if(py::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return THPVariable_Unpack(h.ptr());
 }
 
-py::object layernorm(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
-                     const std::optional<Tensor>& residual, OptDtype out_dtype, OptDtype residual_dtype, double eps,
-                     bool prenorm) {
-  return norm_call<LayerNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, 0.0);
+template <class Node>
+py::object public_call(py::handle x, py::handle weight, py::handle bias, py::handle residual, OptDtype out_dtype,
+                       OptDtype residual_dtype, double eps, bool prenorm, double weight_offset) {
+  if (!plain_tensor_object(x, false) || !plain_tensor_object(weight, true) || !plain_tensor_object(bias, true) ||
+      !plain_tensor_object(residual, true) || !no_mode_or_transform())
+    return py::none();
+  return norm_call<Node>(THPVariable_Unpack(x.ptr()), tensor_if(weight), tensor_if(bias), tensor_if(residual),
+                         out_dtype, residual_dtype, eps, prenorm, weight_offset);
+}
+
+// The bound signatures: RMSNorm's take weight_offset, LayerNorm's take mean.
+
+py::object rmsnorm(py::handle x, py::handle weight, py::handle bias, py::handle residual, OptDtype out_dtype,
+                   OptDtype residual_dtype, double eps, bool prenorm, double weight_offset) {
+  return public_call<RmsNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm,
+                                      weight_offset);
+}
+
+py::object layernorm(py::handle x, py::handle weight, py::handle bias, py::handle residual, OptDtype out_dtype,
+                     OptDtype residual_dtype, double eps, bool prenorm) {
+  return public_call<LayerNormFunction>(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, 0.0);
 }
 
 py::object rmsnorm_fwd(const Tensor& x, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
@@ -564,7 +598,8 @@ PYBIND11_MODULE(_torch_C, m) {
   m.def("rmsnorm", &rmsnorm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("prenorm"), py::arg("weight_offset"),
         "normkit.torch.rmsnorm for plain calls (checks included): out, or (out, residual_out) when prenorm. "
-        "None when a check fails or the rows need a copy: normkit.torch then takes the call (and raises).");
+        "None when a check fails, the rows need a copy, a tensor is a subclass or a mode or functorch transform "
+        "is active: normkit.torch then takes the call (and raises).");
   m.def("rmsnorm_fwd", &rmsnorm_fwd, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("weight_offset"),
         py::arg("store_rstd"), py::arg("store_residual_out"), py::arg("grad"),
@@ -578,7 +613,8 @@ PYBIND11_MODULE(_torch_C, m) {
   m.def("layernorm", &layernorm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("prenorm"),
         "normkit.torch.layernorm for plain calls (checks included): out, or (out, residual_out) when prenorm. "
-        "None when a check fails or the rows need a copy: normkit.torch then takes the call (and raises).");
+        "None when a check fails, the rows need a copy, a tensor is a subclass or a mode or functorch transform "
+        "is active: normkit.torch then takes the call (and raises).");
   m.def("layernorm_fwd", &layernorm_fwd, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
         py::arg("out_dtype"), py::arg("residual_dtype"), py::arg("eps"), py::arg("store_stats"),
         py::arg("store_residual_out"), py::arg("grad"),

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from . import _impl
 from . import _ops
-from ._ops import _direct_ok, _eager_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
+from ._ops import _direct_ok, _is_compiling, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
 
 
 @torch.library.custom_op("normkit::layernorm_fwd", mutates_args=())
@@ -169,9 +169,10 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     flow to x, weight, bias and residual (and from residual_out when prenorm).
     """
     ext = _ops._ext
-    if ext is not None and _eager_ok(x, weight, bias, residual):
-        # Checks, allocation, autograd node and launch in one C++ call; None when
-        # a check fails (the path below raises the error) or rows need a copy.
+    if ext is not None and not _is_compiling():
+        # Checks, allocation, autograd node and launch in one C++ call; None when a
+        # check fails (the path below raises the error), rows need a copy, or a
+        # tensor subclass, mode or functorch transform must see the custom op.
         result = ext.layernorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm))
         if result is not None:
             return result

@@ -213,17 +213,6 @@ def _direct_ok(x, *others):
     return _dispatch_modes() == 0 and _function_modes() == 0 and not _functorch_active()
 
 
-def _eager_ok(x, a, b, c):
-    """_direct_ok for the C++ eager entry points (_ext.rmsnorm, _ext.layernorm), which
-    refuse tensors on other devices themselves (returning None, the path through
-    the custom op follows): no device test and no argument packing, a third of the
-    wrapper's time (0.34 of 0.9 us per call over the C++ path, CPU machine, 1 x 8 bf16).
-    """
-    return (type(x) in _PLAIN and (a is None or type(a) in _PLAIN) and (b is None or type(b) in _PLAIN)
-            and (c is None or type(c) in _PLAIN) and not _is_compiling() and not _dispatch_modes()
-            and not _function_modes() and not _functorch_active())
-
-
 def _forward(x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset, store_rstd,
              store_residual_out, grad):
     """(out, residual_out, rstd); the ones not stored are None or empty placeholders."""
@@ -323,9 +312,10 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     See rmsnorm_fwd for dtypes and per-head mode. Gradients flow to x, weight,
     bias and residual (and from residual_out when prenorm).
     """
-    if _ext is not None and _eager_ok(x, weight, bias, residual):
-        # Checks, allocation, autograd node and launch in one C++ call; None when
-        # a check fails (the path below raises the error) or rows need a copy.
+    if _ext is not None and not _is_compiling():
+        # Checks, allocation, autograd node and launch in one C++ call; None when a
+        # check fails (the path below raises the error), rows need a copy, or a
+        # tensor subclass, mode or functorch transform must see the custom op.
         result = _ext.rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm),
                               float(weight_offset))
         if result is not None:
