@@ -200,7 +200,13 @@ RowPlan plan_rows(const RowPlanInputs& in) {
         in.center && in.dbias && in.x_bytes == 4 && in.dout_bytes == 4 && in.residual && in.arch >= 90 &&
         threads_for(8) == 512;
     ring_db16 = ring_rows_db && threads_for(8) == 512;
-    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro ? 8 : 16);
+    // LayerNorm's fp32 rows with db whose 16 columns a thread take two 512-thread
+    // CTAs (N=8193-16384): the fp32 pair below at 16 columns, the dw and db sums in
+    // registers (95-122 of them, no spills, ptxas sm_90a and sm_100a), instead of
+    // the stash and the column pass.
+    const bool fp32_db_pair = in.center && in.dbias && in.x_bytes == 4 && in.dout_bytes == 4 && in.arch >= 90 &&
+                              in.param_grads && threads_for(16) == 1024;
+    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8 : 16);
     tpr_max = 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104

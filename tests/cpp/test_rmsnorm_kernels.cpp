@@ -524,3 +524,31 @@ TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 272);  // the rules' kernels: a rule that stops applying shows here
 }
+
+// LayerNorm's fp32 backward rows with db of 16 columns a thread over a pair of
+// 512-thread CTAs (N in 8193..16384: the dw and db sums in registers), with a weight
+// of either dtype, dresidual_out and dresidual or not, an odd N's partly empty last
+// items (N=10000), without spills on sm_90a and sm_100a (ptxas: 95-122 registers).
+TEST_F(RmsNormKernelSweep, Fp32LayerNormBackwardPairsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"})
+  for (std::int64_t n : {10000, 16384}) {
+    for (DType w : {f32, bf16}) {
+      for (const bool dro : {false, true}) {
+        for (const bool dres : {false, true}) {
+          RmsBwdSpec b = plain_bwd_spec(n, f32);
+          b.weight = w;
+          b.dbias = w;
+          b.center = true;
+          if (dro) b.dresidual_out = f32;
+          if (dres) b.dresidual = f32;
+          b.plan = plan_bwd(b, 8, arch_of(target));
+          EXPECT_EQ(b.plan.cluster, 2) << b.plan.str();
+          EXPECT_TRUE(b.plan.regs && b.plan.row_sums && !b.plan.stash) << b.plan.str();
+          kernels += expect_bwd_clean(b, target);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 2 * 2 * 2 * 2);
+}

@@ -254,6 +254,22 @@ TEST(RmsNormPlan, Fp32BackwardRowsTakeTheMeasuredCtasOnSm90) {
     const RowPlan p80 = plan_bwd(w.spec, 4, 80);
     EXPECT_TRUE(p80.min_blocks != w.min_blocks || p80.threads() != w.threads) << w.spec.n << " " << p80.str();
   }
+  // LayerNorm's fp32 rows of 8193-16384 columns: a pair of 512-thread CTAs at 16
+  // columns a thread, sums in registers (not the stash); sm_80, without clusters, and
+  // 16-bit dout keep theirs.
+  for (std::int64_t n : {10000, 16384}) {
+    for (const bool dro : {false, true}) {
+      const RowPlan p = plan_bwd(ln(n, dro), 4, 90);
+      EXPECT_EQ(p.cluster, 2) << n << " " << p.str();
+      EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
+      EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split) << n << " " << p.str();
+      EXPECT_FALSE(plan_bwd(ln(n, dro), 4, 80).regs && plan_bwd(ln(n, dro), 4, 80).cluster == 2) << n;
+    }
+  }
+  RmsBwdSpec bf16_dout = ln(16384, false);
+  bf16_dout.dout = bf16;
+  EXPECT_FALSE(plan_bwd(bf16_dout, 4, 90).regs) << plan_bwd(bf16_dout, 4, 90).str();  // the stash
+  EXPECT_FALSE(plan_bwd(ln(32768, false), 4, 90).regs) << plan_bwd(ln(32768, false), 4, 90).str();
 }
 
 // Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,

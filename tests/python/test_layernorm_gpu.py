@@ -311,6 +311,56 @@ def test_sixteen_bit_rows_of_sixty_four_elements_a_thread(op, xdt, wdt, with_bia
     check("rstd", rstd, rstd_ref)
 
 
+# Forward rows of 32 elements a thread (16: fp32 with a residual) in two 512-thread
+# CTAs per SM over clusters of 2-16 (N=32768-131072): LayerNorm with a residual or
+# fp32 rows, RMSNorm's fp32 rows without one; LayerNorm's 16-bit rows with a residual
+# at N=16384 (two 512-thread CTAs per SM, no statistics); weights of x's dtype and
+# fp32, a bias, a residual of another dtype, N=40000's partly empty last items; M*N
+# above 2^20 (calls of fewer elements are planned for latency).
+@pytest.mark.parametrize("op,xdt,rdt,wdt,with_bias,stats,m,n", [
+    ("layernorm", BF16, BF16, BF16, True, True, 33, 32768), ("layernorm", FP16, FP32, FP16, True, True, 20, 65536),
+    ("layernorm", BF16, BF16, FP32, True, False, 17, 65536), ("layernorm", BF16, BF16, BF16, False, True, 9, 131072),
+    ("layernorm", FP32, None, FP32, True, True, 20, 65536), ("layernorm", FP32, FP32, FP32, True, True, 29, 40000),
+    ("rmsnorm", FP32, None, FP32, False, True, 33, 32768), ("rmsnorm", FP32, None, BF16, True, True, 29, 40000),
+    ("rmsnorm", FP32, None, FP32, False, True, 9, 131072), ("layernorm", BF16, BF16, BF16, True, False, 65, 16384)],
+    ids=["ln-bf16-res-N32768", "ln-fp16-resfp32-N65536", "ln-bf16-res-wfp32-N65536", "ln-bf16-res-N131072",
+         "ln-fp32-N65536", "ln-fp32-res-N40000", "rms-fp32-N32768", "rms-fp32-wbf16-bias-N40000",
+         "rms-fp32-N131072", "ln-bf16-res-N16384-nostats"])
+def test_forward_rows_of_two_ctas_per_sm(op, xdt, rdt, wdt, with_bias, stats, m, n):
+    x, w = rand((m, n), xdt), rand((n,), wdt)
+    r = rand((m, n), rdt) if rdt is not None else None
+    b = rand((n,), wdt) if with_bias else None
+    poison_next_allocations(((m, n), xdt), ((m, n), rdt or xdt), ((m,), FP32), ((m,), FP32))
+    if op == "rmsnorm":
+        y, res_ref, _, rstd_ref = ref_forward(x, w, b, r)
+        out, res_out, rstd = rmsnorm_fwd(x, w, bias=b, residual=r, eps=EPS, store_rstd=stats)
+    else:
+        y, res_ref, _, mean_ref, rstd_ref = ln_ref_forward(x, w, b, r)
+        out, res_out, mean, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=stats, store_mean=stats)
+        if stats:
+            check("mean", mean, mean_ref, atol_extra=1e-6)
+    check("out", out, y)
+    if r is not None:
+        check_exact("residual_out", res_out, res_ref)
+    if stats:
+        check("rstd", rstd, rstd_ref)
+
+
+# LayerNorm's fp32 backward rows of 8193-16384 columns in calls of more than 2^23
+# elements (fewer take the few-row cluster plans): 16 columns a thread over a pair
+# of 512-thread CTAs with the dw and db sums in registers, through autograd
+# against float64, with a residual (dresidual_out, prenorm) and without, a bf16
+# weight and bias, and an N that leaves the last items partly empty.
+@pytest.mark.parametrize("wdt,with_res,m,n", [(FP32, False, 520, 16384), (FP32, True, 520, 16384),
+                                              (BF16, True, 840, 10000), (FP32, False, 700, 12288)],
+                         ids=["N16384", "res-N16384", "wbf16-res-N10000", "N12288"])
+def test_fp32_backward_rows_over_a_pair_of_ctas(wdt, with_res, m, n):
+    x = rand((m, n), FP32).requires_grad_()
+    w, b = rand((n,), wdt).requires_grad_(), rand((n,), wdt).requires_grad_()
+    r = rand((m, n), FP32).requires_grad_() if with_res else None
+    ln_check(layernorm, x, w, b, r, prenorm=with_res)
+
+
 # NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;
 # 16 elements a thread over 8 of them, or for fp32 rows the two-pass kernel; the
 # pipeline off, on rows without weight or bias, where bf16 takes it) compute what the
