@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "normkit/runtime/runtime.hpp"
@@ -28,6 +29,20 @@ inline RmsFwdSpec plain_fwd_spec(std::int64_t n, DType x) {
   f.x = x;
   f.weight = x;
   f.out = x;
+  return f;
+}
+
+// A forward spec of RMSNorm or (center) LayerNorm with a weight (and for LayerNorm a
+// bias) of dtype `w`, a residual (and residual_out) of dtype `residual` or none, and
+// the statistics stored or not; out in x's dtype.
+inline RmsFwdSpec norm_fwd_spec(std::int64_t n, DType x, DType w, bool center, std::optional<DType> residual,
+                                bool stats) {
+  RmsFwdSpec f = plain_fwd_spec(n, x);
+  f.weight = w;
+  if (center) f.bias = w;
+  f.center = center;
+  f.residual = f.residual_out = residual;
+  f.store_rstd = stats;
   return f;
 }
 

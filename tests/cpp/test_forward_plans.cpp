@@ -114,12 +114,7 @@ TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
 TEST(RmsNormPlan, LongForwardRowsTakeTwoCtasPerSm) {
   auto fwd = [](std::int64_t n, DType x, bool center, std::optional<DType> res, DType w, bool stats = false,
                 bool few_rows = false, int arch = 90) {
-    RmsFwdSpec f = plain_fwd_spec(n, x);
-    f.weight = w;
-    if (center) f.bias = w;
-    f.center = center;
-    f.residual = f.residual_out = res;
-    f.store_rstd = stats;
+    RmsFwdSpec f = norm_fwd_spec(n, x, w, center, res, stats);
     f.few_rows = few_rows;
     return plan_fwd(f, 8, arch);
   };

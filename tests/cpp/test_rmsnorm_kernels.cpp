@@ -431,11 +431,7 @@ TEST_F(RmsNormKernelSweep, SixtyFourElementForwardRowsCompileWithoutSpills) {
         if ((n == 40000 || n == 32768 || n == 262144) && w != f32) continue;
         for (const bool center : {false, true}) {
           for (const bool stats : {false, true}) {
-            RmsFwdSpec f = plain_fwd_spec(n, x);
-            f.weight = w;
-            if (center) f.bias = w;
-            f.center = center;
-            f.store_rstd = stats;
+            RmsFwdSpec f = norm_fwd_spec(n, x, w, center, {}, stats);
             f.plan = plan_fwd(f, 8, arch_of(target));
             const std::int64_t threads = n == 40000 ? 1024 : n / 64;  // padded to a power of two
             const std::int64_t cta = center && stats && threads > 512 ? 1024 : 512;
@@ -505,12 +501,7 @@ TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
           if (res == x && x == f32) continue;
           for (const bool center : {false, true}) {
             for (const bool stats : {false, true}) {
-              RmsFwdSpec f = plain_fwd_spec(n, x);
-              f.weight = w;
-              if (center) f.bias = w;
-              f.center = center;
-              f.residual = f.residual_out = res;
-              f.store_rstd = stats;
+              RmsFwdSpec f = norm_fwd_spec(n, x, w, center, res, stats);
               f.plan = plan_fwd(f, 8, arch_of(target));
               if (f.plan.threads() != 512 || f.plan.min_blocks != 2) continue;
               EXPECT_TRUE(f.plan.regs && !f.plan.prefetch && !f.plan.params_smem) << n << " " << f.plan.str();
