@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Launch plans the heuristics do not pick, timed on the GPU machine in one call of
 # the device tool: each line of a cases file runs `normkit bench` in its own process
-# with NORMKIT_FORWARD_PLAN set (the README's environment table), spilling kernels
+# with NORMKIT_FORWARD_PLAN (or NORMKIT_BACKWARD_PLAN) set (the README's environment table), spilling kernels
 # refused (NORMKIT_ASSERT_NO_SPILLS=1: such a row is reported failed, not timed), each
 # row checked against the fp32 reference by the benchmark before it is timed.
 #   usage: NORMKIT_COMMIT=<hash> [ROUNDS=2] [CASE_S=60] bash scripts/plan_cases.sh scripts/plan_cases/<file>.txt
 # Cases file: one case a line, `label ; override ; normkit bench flags`, where override
-# is a NORMKIT_FORWARD_PLAN value or `-` for the plan's own; `#` starts a comment. The
-# whole list runs ROUNDS times, so each case's runs are spread over the call.
+# is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, or `-`
+# for the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
+# case's runs are spread over the call.
 # $OUT: plan_cases.jsonl (one line per case, round and normkit row: label, override,
 # round, op, direction, dtype, residual, M, N, status, ratio_to_copy, us, reason),
 # plan_cases.log, and a summary at the end of the log: the mean ratio per case and row.
@@ -27,10 +28,13 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     label=$(echo "$label" | xargs); override=$(echo "${override:-}" | xargs)
     [ -z "$label" ] || [ "${label:0:1}" = "#" ] && continue
     [ "$override" = "-" ] && override=""
+    fwd_plan=$override bwd_plan=""
+    if [ "${override#bwd:}" != "$override" ]; then fwd_plan="" bwd_plan=${override#bwd:}; fi
     echo "=== round $round: $label (${override:-own plan}) at ${SECONDS}s"
     rm -rf /tmp/plan-case
     # shellcheck disable=SC2086  # flags is a list
-    (cd /tmp && NORMKIT_FORWARD_PLAN="$override" NORMKIT_ASSERT_NO_SPILLS=1 NORMKIT_CACHE_DIR=/tmp/plan-cases-cache \
+    (cd /tmp && NORMKIT_FORWARD_PLAN="$fwd_plan" NORMKIT_BACKWARD_PLAN="$bwd_plan" NORMKIT_ASSERT_NO_SPILLS=1 \
+      NORMKIT_CACHE_DIR=/tmp/plan-cases-cache \
       timeout -s INT "${CASE_S:-60}" python3 -m normkit bench $flags --peers none --host-calls 0 --no-plot \
       --out /tmp/plan-case >/tmp/plan-case.log 2>&1)
     echo "rc=$?"; tail -n 1 /tmp/plan-case.log

@@ -219,6 +219,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   spec.smem_sums_allowed = switches.smem_sums;
   spec.async_rows_allowed = switches.async_rows;
   spec.many_heads = a.heads > 1;
+  spec.plan_override = switches.backward_plan;
 
   static KernelMemo<BwdKernels> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16), spec.n,
@@ -235,6 +236,10 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
         fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
     if (load) {
       log_plan(kind.bwd_name, a.shape.n, spec.plan);
+      if (spec.plan_override.any())
+        rt::warn_once(std::string(kind.bwd_name) + ":override:" + std::to_string(a.shape.n),
+                      std::string(kind.bwd_name) + ": NORMKIT_BACKWARD_PLAN forces the plan of N=" +
+                          std::to_string(a.shape.n) + ": " + spec.plan.str());
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);

@@ -143,7 +143,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 262144 0.730 -> 0.651; LayerNorm 0.760 -> 0.792, 0.728 -> 0.733, 0.697 ->
     // 0.690, 0.675 -> 0.600. N=262144's loss, probably SMs left idle by 16-CTA
     // clusters (each needs 16 free SMs of one GPC), is the price of no spills there.
-    const int elems = in.fwd_elems_per_thread ? in.fwd_elems_per_thread
+    const int elems = in.forced_elems_per_thread ? in.forced_elems_per_thread
                       : raw64                  ? 64
                       : fp32_with_residual && threads_for(32) >= 1024 ? 16
                                                                       : 32;
@@ -169,7 +169,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     two_ctas = !raw64 && two_ctas_measured && !two_ctas_spill && in.weight_bytes > 0 && in.arch >= 90 && !in.few_rows &&
                p.vec * in.x_bytes == 16 && threads_for(32) >= 1024 &&
                next_pow2((tpr + 511) / 512) <= (fp32_with_residual ? 16 : 8);
-    tpr_max = in.fwd_cta_threads ? in.fwd_cta_threads : (raw64_pairs || two_ctas) ? 512 : 1024;
+    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : (raw64_pairs || two_ctas) ? 512 : 1024;
   } else {
     // Backward keeps the row (h and dout in their storage dtype) and, for rows
     // that fit one CTA of <= 512 threads at 8-16 elements per thread, the fp32
@@ -209,8 +209,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // and 32768 unchanged. Not measured: RMSNorm with db (keeps the stash), sm_80.
     const bool fp32_db_pair = in.center && in.dbias && in.x_bytes == 4 && in.dout_bytes == 4 && in.arch >= 90 &&
                               in.param_grads && threads_for(16) == 1024;
-    tpr = threads_for(in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8 : 16);
-    tpr_max = 512;
+    tpr = threads_for(in.forced_elems_per_thread ? in.forced_elems_per_thread
+                      : in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8
+                                                                                                 : 16);
+    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104
     // registers). H200, a1a09e4 -> b7e2621 in one run: 0.540 -> 0.718x copy (Liger
@@ -302,7 +304,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.90-0.95x without it, and rows without dw/db sums (the column pass follows)
   // 0.49x with it against 0.53x (bf16 N=16384). Scalar rows spilled with it.
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
-      p.vec * in.x_bytes >= 8)
+      p.vec * in.x_bytes >= 8 && !in.forced_no_prefetch)
     p.prefetch = true;
   // Register-resident 16-bit rows with dw/db sums and 16-byte vectors of h and
   // dout take the cp.async ring instead (RowPlan::async_rows): the pipeline two
@@ -338,7 +340,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (rms_dro_plain_rows) p.prefetch = false;
   const bool one_wide_row = p.rows == 1 && p.tpr >= 256;
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.threads() >= 128 &&
-      (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !ln_db16_pipeline && !rms_dro_plain_rows &&
+      (one_wide_row || in.center || in.residual) && in.async_rows_allowed && !in.forced_no_prefetch &&
+      !ln_db16_pipeline && !rms_dro_plain_rows &&
       in.arch >= 80 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && in.dout_bytes == in.x_bytes) {
     p.prefetch = false;
     p.async_rows = true;
@@ -360,7 +363,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // weight 12 (N=32768). bf16 rows with fp32 weights compiled clean.
   const bool fp16_mixed_weight = in.x_fp16 && !in.weight_as_x;
   if (!in.backward && p.regs && p.tpr >= 1024 && in.x_bytes == 2 && p.vec * in.x_bytes == 16 && !in.residual &&
-      !in.center && !in.bias && in.arch >= 80 && !fp16_mixed_weight && !raw64 && !in.fwd_no_prefetch)
+      !in.center && !in.bias && in.arch >= 80 && !fp16_mixed_weight && !raw64 && !in.forced_no_prefetch)
     p.prefetch = true;
 
   // Forward calls of few rows load weight and bias with the row (one memory
@@ -477,7 +480,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // registers spilled 8 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
-  if (!in.backward && in.fwd_min_blocks) p.min_blocks = in.fwd_min_blocks;
+  if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
   return p;
 }
 

@@ -94,12 +94,13 @@ struct RowPlanInputs {
   bool params_smem_allowed = true;
   // Forward: rstd (and LayerNorm's mean) are stored, as in training.
   bool store_stats = false;
-  // Forward: NORMKIT_FORWARD_PLAN's forced fields (0 / false: the plan's own choice):
-  // elements per thread, most threads per CTA, min_blocks, no pipeline.
-  int fwd_elems_per_thread = 0;
-  int fwd_cta_threads = 0;
-  int fwd_min_blocks = 0;
-  bool fwd_no_prefetch = false;
+  // NORMKIT_FORWARD_PLAN's (backward: NORMKIT_BACKWARD_PLAN's) forced fields (0 /
+  // false: the plan's own choice): elements (columns) per thread, most threads per
+  // CTA, min_blocks, no pipeline.
+  int forced_elems_per_thread = 0;
+  int forced_cta_threads = 0;
+  int forced_min_blocks = 0;
+  bool forced_no_prefetch = false;
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
   bool many_heads = false;

@@ -13,6 +13,15 @@ void register_norm_device_headers();  // generated from device/ at build time
 namespace normkit::norm::detail {
 namespace {
 
+// NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN's fields, copied into the planner's
+// inputs (which do not depend on the runtime's configuration types).
+void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
+  in.forced_elems_per_thread = o.elems_per_thread;
+  in.forced_cta_threads = o.cta_threads;
+  in.forced_min_blocks = o.min_blocks;
+  in.forced_no_prefetch = o.no_prefetch;
+}
+
 const char* flag(bool b) { return b ? "true" : "false"; }
 
 // Kernel families are named per operator (counters, logs); the kernels are shared.
@@ -82,10 +91,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
   in.params_smem_allowed = s.params_smem_allowed;
   in.store_stats = s.store_rstd;
-  in.fwd_elems_per_thread = s.plan_override.elems_per_thread;
-  in.fwd_cta_threads = s.plan_override.cta_threads;
-  in.fwd_min_blocks = s.plan_override.min_blocks;
-  in.fwd_no_prefetch = s.plan_override.no_prefetch;
+  force_plan(in, s.plan_override);
   return plan_rows(in);
 }
 
@@ -108,6 +114,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   in.many_heads = s.many_heads;
+  force_plan(in, s.plan_override);
   return plan_rows(in);
 }
 

@@ -24,7 +24,7 @@ struct RmsFwdSpec {
   bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
   bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
-  rt::ForwardPlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::fwd_*)
+  rt::PlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::forced_*)
 };
 
 struct RmsBwdSpec {
@@ -42,6 +42,7 @@ struct RmsBwdSpec {
   bool smem_sums_allowed = true;  // RowPlanInputs::smem_sums_allowed (NORMKIT_SMEM_SUMS)
   bool async_rows_allowed = true;  // RowPlanInputs::async_rows_allowed (NORMKIT_ASYNC_ROWS)
   bool many_heads = false;         // RowPlanInputs::many_heads (per-head weights)
+  rt::PlanOverride plan_override;  // NORMKIT_BACKWARD_PLAN (RowPlanInputs::forced_*)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

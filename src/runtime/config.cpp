@@ -27,14 +27,14 @@ bool env_switch(const char* name, bool fallback) {
 
 }  // namespace
 
-ForwardPlanOverride parse_forward_plan(const std::string& text) {
-  ForwardPlanOverride o;
+PlanOverride parse_plan_override(const char* variable, const std::string& text) {
+  PlanOverride o;
   std::stringstream fields(text);
   std::string field;
   while (std::getline(fields, field, ',')) {
     if (field.empty()) continue;
     const std::size_t eq = field.find('=');
-    NK_CHECK(eq != std::string::npos, "NORMKIT_FORWARD_PLAN: '", field, "' is not key=value");
+    NK_CHECK(eq != std::string::npos, variable, ": '", field, "' is not key=value");
     const std::string key = field.substr(0, eq);
     const std::string value = field.substr(eq + 1);
     long v = -1;
@@ -47,20 +47,20 @@ ForwardPlanOverride parse_forward_plan(const std::string& text) {
     }
     const bool pow2 = v > 0 && (v & (v - 1)) == 0;
     if (key == "ept") {
-      NK_CHECK(pow2 && v <= 256, "NORMKIT_FORWARD_PLAN: ept='", value, "' is not a power of two from 1 to 256");
+      NK_CHECK(pow2 && v <= 256, variable, ": ept='", value, "' is not a power of two from 1 to 256");
       o.elems_per_thread = static_cast<int>(v);
     } else if (key == "cta") {
-      NK_CHECK(pow2 && v >= 32 && v <= 1024, "NORMKIT_FORWARD_PLAN: cta='", value,
+      NK_CHECK(pow2 && v >= 32 && v <= 1024, variable, ": cta='", value,
                "' is not a power of two from 32 to 1024");
       o.cta_threads = static_cast<int>(v);
     } else if (key == "minb") {
-      NK_CHECK(v >= 1 && v <= 16, "NORMKIT_FORWARD_PLAN: minb='", value, "' is not from 1 to 16");
+      NK_CHECK(v >= 1 && v <= 16, variable, ": minb='", value, "' is not from 1 to 16");
       o.min_blocks = static_cast<int>(v);
     } else if (key == "prefetch") {
-      NK_CHECK(v == 0 || v == 1, "NORMKIT_FORWARD_PLAN: prefetch='", value, "' is not 0 or 1");
+      NK_CHECK(v == 0 || v == 1, variable, ": prefetch='", value, "' is not 0 or 1");
       o.no_prefetch = v == 0;
     } else {
-      NK_THROW("NORMKIT_FORWARD_PLAN: unknown key '", key, "' (keys: ept, cta, minb, prefetch)");
+      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch)");
     }
   }
   return o;
@@ -116,7 +116,8 @@ Config Config::from_environment() {
   c.async_rows = env_switch("NORMKIT_ASYNC_ROWS", c.async_rows);
   c.params_smem = env_switch("NORMKIT_PARAMS_SMEM", c.params_smem);
   c.pdl = env_switch("NORMKIT_PDL", c.pdl);
-  c.forward_plan = parse_forward_plan(env_string("NORMKIT_FORWARD_PLAN"));
+  c.forward_plan = parse_plan_override("NORMKIT_FORWARD_PLAN", env_string("NORMKIT_FORWARD_PLAN"));
+  c.backward_plan = parse_plan_override("NORMKIT_BACKWARD_PLAN", env_string("NORMKIT_BACKWARD_PLAN"));
   c.lineinfo = env_flag("NORMKIT_LINEINFO");
   std::istringstream flags(env_string("NORMKIT_NVRTC_FLAGS"));
   for (std::string f; flags >> f;) c.extra_nvrtc_flags.push_back(f);

@@ -234,7 +234,8 @@ Config Runtime::config() const {
 CallSwitches Runtime::switches() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const Config& c = impl_->config;
-  return CallSwitches{c.smem_sums, c.async_rows, c.params_smem, c.pdl, c.sync_timeout_us, c.forward_plan};
+  return CallSwitches{c.smem_sums, c.async_rows, c.params_smem, c.pdl, c.sync_timeout_us, c.forward_plan,
+                      c.backward_plan};
 }
 
 ToolchainInfo Runtime::toolchain(bool need_driver) {

@@ -419,3 +419,32 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_EQ(plan(4096, f32, false, false, "sm_90a").vec, 4);
   EXPECT_EQ(plan(4096, bf16, false, false, "sm_90a", 2).vec, 2);
 }
+
+// NORMKIT_BACKWARD_PLAN's fields replace the backward plan's own choices: columns per
+// thread (threads per row follow; a row beyond the CTA takes the planner's choice
+// for rows too long for one CTA), most threads per CTA, min_blocks, and the pipelines (register
+// prefetch and the cp.async ring) turned off; the forward ignores them.
+TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
+  RmsBwdSpec b = plain_bwd_spec(4096, bf16);
+  const RowPlan base = plan_bwd(b, 8, 90);
+  EXPECT_EQ(base.tpr, 256) << base.str();  // 16 columns a thread
+  EXPECT_TRUE(base.async_rows) << base.str();
+  b.plan_override.elems_per_thread = 8;
+  const RowPlan ept = plan_bwd(b, 8, 90);
+  EXPECT_EQ(ept.tpr, 512) << ept.str();
+  b.plan_override.cta_threads = 256;  // 512 threads of 8 columns do not fit: the planner's next choice
+  const RowPlan cta = plan_bwd(b, 8, 90);
+  EXPECT_LE(cta.threads(), 256) << cta.str();
+  b.plan_override = {};
+  b.plan_override.min_blocks = 3;
+  EXPECT_EQ(plan_bwd(b, 8, 90).min_blocks, 3);
+  b.plan_override = {};
+  b.plan_override.no_prefetch = true;
+  const RowPlan plain = plan_bwd(b, 8, 90);
+  EXPECT_FALSE(plain.async_rows || plain.prefetch) << plain.str();
+  EXPECT_EQ(plain.smem_bytes, 0) << plain.str();
+  // The forward takes NORMKIT_FORWARD_PLAN's fields only: these do not reach it.
+  RmsFwdSpec f = plain_fwd_spec(4096, bf16);
+  const RowPlan fwd = plan_fwd(f, 8, 90);
+  EXPECT_EQ(plan_fwd(f, 8, 90).str(), fwd.str());
+}

@@ -104,19 +104,29 @@ TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
   expect_each_rejected("NORMKIT_SYNC_TIMEOUT_US", {"-1", "1.5", "2ms", "x", " 5"});
 }
 
-TEST(RuntimeConfig, ForwardPlanOverrideParsesItsKeysOrIsAClearError) {
-  unsetenv("NORMKIT_FORWARD_PLAN");
-  EXPECT_FALSE(Config::from_environment().forward_plan.any());
-  setenv("NORMKIT_FORWARD_PLAN", "ept=64,cta=512,minb=2,prefetch=0", 1);
-  const normkit::rt::ForwardPlanOverride o = Config::from_environment().forward_plan;
-  EXPECT_EQ(o.elems_per_thread, 64);
-  EXPECT_EQ(o.cta_threads, 512);
-  EXPECT_EQ(o.min_blocks, 2);
-  EXPECT_TRUE(o.no_prefetch);
-  setenv("NORMKIT_FORWARD_PLAN", "prefetch=1", 1);
-  EXPECT_FALSE(Config::from_environment().forward_plan.any());  // the plan's own choice
-  expect_each_rejected("NORMKIT_FORWARD_PLAN", {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17",
-                                                 "prefetch=2", "tpr=512", "ept", "ept=6x", "cta=-512"});
+TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
+  for (const char* variable : {"NORMKIT_FORWARD_PLAN", "NORMKIT_BACKWARD_PLAN"}) {
+    const bool forward = std::string(variable) == "NORMKIT_FORWARD_PLAN";
+    auto parsed = [&] {
+      const Config c = Config::from_environment();
+      return forward ? c.forward_plan : c.backward_plan;
+    };
+    unsetenv(variable);
+    EXPECT_FALSE(parsed().any());
+    setenv(variable, "ept=64,cta=512,minb=2,prefetch=0", 1);
+    const normkit::rt::PlanOverride o = parsed();
+    EXPECT_EQ(o.elems_per_thread, 64);
+    EXPECT_EQ(o.cta_threads, 512);
+    EXPECT_EQ(o.min_blocks, 2);
+    EXPECT_TRUE(o.no_prefetch);
+    // Each variable sets its own direction only.
+    EXPECT_FALSE((forward ? Config::from_environment().backward_plan : Config::from_environment().forward_plan).any());
+    setenv(variable, "prefetch=1", 1);
+    EXPECT_FALSE(parsed().any());  // the plan's own choice
+    expect_each_rejected(variable, {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17", "prefetch=2",
+                                    "tpr=512", "ept", "ept=6x", "cta=-512"});
+    unsetenv(variable);
+  }
 }
 
 TEST_F(RuntimeCache, RunOnlyMissIsAnErrorAndHitWorks) {

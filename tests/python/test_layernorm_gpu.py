@@ -12,11 +12,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the LayerNorm GPU tests drive CUDA memory through PyTorch")
 
 from normkit.torch import (  # noqa: E402
-    LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd, rmsnorm_fwd)
+    LayerNorm, fused_add_layernorm, fused_add_rmsnorm, layernorm, layernorm_bwd, layernorm_fwd, rmsnorm,
+    rmsnorm_fwd)
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, COMPILE_DTYPES, COMPILE_SHAPES, DW_ATOL, EPS, FP16, FP32, NAMES, _d, _grid_params,
     _rmsnorm_kernel_cache, _seed, backward_check, cache_dir, check, check_both_plans, check_exact, fresh_dynamo,
-    plan_switch, poison_next_allocations, pytestmark, rand, ref_forward)
+    fwd_bwd_check, plan_switch, poison_next_allocations, pytestmark, rand, ref_forward)
 
 
 def ln_ref_forward(x, weight=None, bias=None, residual=None, *, residual_dtype=None):
@@ -379,6 +380,27 @@ def test_forward_plan_override(override, op, xdt, m, n):
             out, _, _, rstd = layernorm_fwd(x, w, b, eps=EPS, store_rstd=True, store_mean=True)
     check(f"{override}: out", out, y)
     check(f"{override}: rstd", rstd, rstd_ref)
+
+
+# NORMKIT_BACKWARD_PLAN: backward plans the heuristics do not pick compute what the
+# planned kernels do, within the same tolerance of the float64 reference, through
+# autograd with dw and db: 8 columns a thread (one 512-thread CTA at N=4096; the stash
+# at fp32 N=16384), then in CTAs of at most 256 threads (shared-memory sums), the
+# pipelines off, two CTAs per SM. Each compiled without spills for sm_90a (ptxas,
+# 2026-11-30); `minb=2` spilled for LayerNorm's fp32 N=16384 pair, so it runs at N=4096.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,xdt,m,n", [
+    ("ept=8", BF16, 2100, 4096), ("ept=8", FP32, 520, 16384), ("ept=8,cta=256", BF16, 2100, 4096),
+    ("ept=8,cta=256", FP32, 520, 16384), ("prefetch=0", BF16, 2100, 4096), ("prefetch=0", FP32, 520, 16384),
+    ("minb=2", BF16, 2100, 4096)])
+def test_backward_plan_override(override, op, xdt, m, n):
+    x = rand((m, n), xdt).requires_grad_()
+    w, b = rand((n,), xdt).requires_grad_(), rand((n,), xdt).requires_grad_()
+    with plan_switch("NORMKIT_BACKWARD_PLAN", override):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, b, label=override)
+        else:
+            ln_check(layernorm, x, w, b, label=override)
 
 
 def test_module_is_a_drop_in(fresh_dynamo):

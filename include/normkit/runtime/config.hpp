@@ -17,20 +17,21 @@ enum class CacheMode {
   off,     // no caching at all: every request compiles (NORMKIT_CACHE_MODE=off)
 };
 
-// NORMKIT_FORWARD_PLAN: fields of the forward row kernels' launch plan forced for
-// every forward call, for measuring plans the heuristics do not pick (the rest of
-// the plan follows from its own rules). Zero or false: the plan's own choice.
-struct ForwardPlanOverride {
-  int elems_per_thread = 0;  // ept=: elements of a row each thread holds (sets threads per row)
+// NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN: fields of the row kernels' launch
+// plan forced for every forward (backward) call, for measuring plans the heuristics
+// do not pick (the rest of the plan follows from its own rules). Zero or false: the
+// plan's own choice.
+struct PlanOverride {
+  int elems_per_thread = 0;  // ept=: elements (backward: columns) of a row each thread holds
   int cta_threads = 0;       // cta=: most threads per CTA; longer rows take a cluster (sm_90+)
   int min_blocks = 0;        // minb=: CTAs per SM in __launch_bounds__ (caps the registers)
-  bool no_prefetch = false;  // prefetch=0: no persistent pipeline of two rows
+  bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   bool any() const { return elems_per_thread || cta_threads || min_blocks || no_prefetch; }
 };
 
-// Parses NORMKIT_FORWARD_PLAN's value ("ept=64,cta=512,minb=2,prefetch=0", any
-// subset); an unknown key or a bad value is an error naming the variable.
-ForwardPlanOverride parse_forward_plan(const std::string& text);
+// Parses such a value ("ept=64,cta=512,minb=2,prefetch=0", any subset) of the
+// environment variable `variable`; an unknown key or a bad value is an error naming it.
+PlanOverride parse_plan_override(const char* variable, const std::string& text);
 
 // The configuration's switches that every call reads (its plans and launches),
 // without the strings and paths of Config: copying a Config on each call was
@@ -42,7 +43,8 @@ struct CallSwitches {
   bool params_smem;
   bool pdl;
   std::uint64_t sync_timeout_us;
-  ForwardPlanOverride forward_plan;
+  PlanOverride forward_plan;
+  PlanOverride backward_plan;
 };
 
 struct Config {
@@ -72,7 +74,8 @@ struct Config {
   // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
   // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
   bool pdl = true;
-  ForwardPlanOverride forward_plan;     // NORMKIT_FORWARD_PLAN (above)
+  PlanOverride forward_plan;            // NORMKIT_FORWARD_PLAN (above)
+  PlanOverride backward_plan;           // NORMKIT_BACKWARD_PLAN (above)
   // Codegen-affecting variables: they change the binary, so they are part of every cache key.
   bool lineinfo = false;                // NORMKIT_LINEINFO=1: compile with -lineinfo
   std::vector<std::string> extra_nvrtc_flags;  // NORMKIT_NVRTC_FLAGS: extra NVRTC options, whitespace separated
