@@ -28,11 +28,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/Functions.h>
-#include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
-#include <c10/core/impl/TorchDispatchModeTLS.h>
-#include <torch/csrc/autograd/python_variable.h>
 
 #include <array>
 #include <cmath>
@@ -500,35 +496,16 @@ py::object bwd_call(const Tensor& x, const std::optional<Tensor>& weight, const 
 }
 
 // The public entry points (normkit.torch.rmsnorm / layernorm) take their tensors as
-// Python objects and decide here, not in the Python wrapper, whether the call is
-// plain: torch.Tensor or nn.Parameter objects (not subclasses, whose
-// __torch_function__ must see the call), with no dispatch mode, torch function mode
-// or functorch transform active (those must see the custom op). The same tests in
-// Python cost 0.75 us a call on the H200 machine (scripts/host_breakdown.py,
-// 7514632), an eighth of the call. torch.compile never reaches this: the wrapper
-// asks torch.compiler.is_compiling() first, which Dynamo answers while tracing.
-bool plain_tensor_object(py::handle h, bool none_ok) {
-  return (none_ok && h.is_none()) || THPVariable_CheckExact(h.ptr());
-}
-bool no_mode_or_transform() {
-  const c10::DispatchKeySet included = c10::impl::tls_local_dispatch_key_set().included_;
-  return c10::impl::TorchDispatchModeTLS::stack_len() == 0 && at::impl::PythonTorchFunctionTLS::stack_len() == 0 &&
-         !included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) &&
-         !included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
-}
-std::optional<Tensor> tensor_if(py::handle h) {
-  if (h.is_none()) return std::nullopt;
-  return THPVariable_Unpack(h.ptr());
-}
-
+// Python objects and decide here whether the call is plain (plain_tensor_object,
+// no_mode_or_transform in tensor_glue.hpp), not in the Python wrapper.
 template <class Node>
 py::object public_call(py::handle x, py::handle weight, py::handle bias, py::handle residual, OptDtype out_dtype,
                        OptDtype residual_dtype, double eps, bool prenorm, double weight_offset) {
-  if (!plain_tensor_object(x, false) || !plain_tensor_object(weight, true) || !plain_tensor_object(bias, true) ||
-      !plain_tensor_object(residual, true) || !no_mode_or_transform())
+  if (!plain_tensor_object(x.ptr(), false) || !plain_tensor_object(weight.ptr(), true) ||
+      !plain_tensor_object(bias.ptr(), true) || !plain_tensor_object(residual.ptr(), true) || !no_mode_or_transform())
     return py::none();
-  return norm_call<Node>(THPVariable_Unpack(x.ptr()), tensor_if(weight), tensor_if(bias), tensor_if(residual),
-                         out_dtype, residual_dtype, eps, prenorm, weight_offset);
+  return norm_call<Node>(THPVariable_Unpack(x.ptr()), tensor_if(weight.ptr()), tensor_if(bias.ptr()),
+                         tensor_if(residual.ptr()), out_dtype, residual_dtype, eps, prenorm, weight_offset);
 }
 
 // The bound signatures: RMSNorm's take weight_offset, LayerNorm's take mean.
