@@ -52,7 +52,13 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
   return static_cast<unsigned>(blocks);
 }
 
-void log_plan(const char* op, std::int64_t n, const RowPlan& plan) {
+// forced_by: the environment variable that forced part of the plan
+// (NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN), or nullptr.
+void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* forced_by) {
+  if (forced_by != nullptr)
+    rt::warn_once(std::string(op) + ":override:" + std::to_string(n),
+                  std::string(op) + ": " + forced_by + " forces the plan of N=" + std::to_string(n) + ": " +
+                      plan.str());
   if (!plan.regs && !plan.stash && !plan.split)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +
@@ -120,11 +126,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
-    log_plan(kind.fwd_name, a.shape.n, spec.plan);
-    if (spec.plan_override.any())
-      rt::warn_once(std::string(kind.fwd_name) + ":override:" + std::to_string(a.shape.n),
-                    std::string(kind.fwd_name) + ": NORMKIT_FORWARD_PLAN forces the plan of N=" +
-                        std::to_string(a.shape.n) + ": " + spec.plan.str());
+    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
     if (spec.plan.prefetch) {
       rt::LaunchConfig probe;
@@ -235,11 +237,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
     k.plan = spec.plan =
         fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
     if (load) {
-      log_plan(kind.bwd_name, a.shape.n, spec.plan);
-      if (spec.plan_override.any())
-        rt::warn_once(std::string(kind.bwd_name) + ":override:" + std::to_string(a.shape.n),
-                      std::string(kind.bwd_name) + ": NORMKIT_BACKWARD_PLAN forces the plan of N=" +
-                          std::to_string(a.shape.n) + ": " + spec.plan.str());
+      log_plan(kind.bwd_name, a.shape.n, spec.plan,
+               spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr);
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
