@@ -440,9 +440,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // EARLY_PARAMS): RMSNorm fp32 M=1-128 N=4096-8192 4.9-5.9 -> 2.4-3.6 us, with a
   // residual 8.2-8.8 -> 3.0-5.3; LayerNorm bf16 4.0-4.5 -> 2.7-3.3.
   if (p.early_params) p.min_blocks = 1;
-  // 64 elements a thread (raw64): 64 registers each of 1024 threads per SM.
-  if (raw64) p.min_blocks = static_cast<int>(1024 / p.threads());
-  if (two_ctas) p.min_blocks = static_cast<int>(std::max(1, 1024 / p.threads()));
+  // 64 elements a thread (raw64) and the other two-CTA rows (two_ctas): 64
+  // registers each of 1024 threads per SM.
+  if (raw64 || two_ctas) p.min_blocks = static_cast<int>(std::max(1, 1024 / p.threads()));
   // LayerNorm's 16-bit rows with a residual in one 512-thread CTA (N=16384 at 32
   // elements a thread), 72 registers by the estimate above and one CTA per SM: two at
   // 64 registers. H200, bf16, M*N = 2^27, ratio to copy, two runs each in one call at
