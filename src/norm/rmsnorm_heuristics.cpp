@@ -209,10 +209,33 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // and 32768 unchanged. Not measured: RMSNorm with db (keeps the stash), sm_80.
     const bool fp32_db_pair = in.center && in.dbias && in.x_bytes == 4 && in.dout_bytes == 4 && in.arch >= 90 &&
                               in.param_grads && threads_for(16) == 1024;
+    // fp32 rows with dw whose 8 columns a thread take two 1024-thread CTAs
+    // (N=8193-16384) on sm_90: the pair below at 8 columns and 1024 threads (62-64
+    // registers, no spills, ptxas sm_90a) instead of 16 columns at 512 threads.
+    // H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=ept=8,cta=1024,
+    // two runs each in one call at 2a04be8 (docs/perf/h200-2026-11-30g.md): RMSNorm
+    // fp32 N=16384 0.717 -> 0.781, with dresidual_out 0.817 -> 0.920 (Liger had been
+    // 13 % faster there); LayerNorm fp32 with dw and db 0.705 -> 0.755. LayerNorm with
+    // db and dresidual_out spilled 44-60 bytes under 64 registers and keeps
+    // fp32_db_pair; so did LayerNorm and RMSNorm with dresidual_out on sm_100a
+    // (16-72 bytes), which keeps its plans. Not measured: a 16-bit dout.
+    const bool fp32_wide_pair = in.x_bytes == 4 && in.dout_bytes == 4 && in.arch == 90 && in.param_grads &&
+                                !(in.dbias && in.residual) && threads_for(8) == 2048;
+    // RMSNorm's 16-bit rows with dresidual_out and dw alone whose 16 columns a
+    // thread take one 512-thread CTA (N=4097-8192): 32 columns at 256 threads with
+    // the dw sums in shared memory (the longer rows' plan below; 111 registers, two
+    // CTAs per SM) instead of rms_dro_plain_rows. H200, bf16, M*N = 2^27, ratio to
+    // copy, own plan -> NORMKIT_BACKWARD_PLAN=ept=8 (two runs each at 2a04be8):
+    // N=8192 0.820 -> 0.944. Without dresidual_out the same plan lost (0.848 ->
+    // 0.837) to the cp.async ring's rows.
+    const bool rms_dro_smem_sums = !in.center && !in.dbias && in.residual && in.param_grads && in.x_bytes == 2 &&
+                                   in.dout_bytes == 2 && in.arch >= 90 && p.vec * in.x_bytes == 16 &&
+                                   threads_for(16) == 512 && in.smem_sums_allowed;
     tpr = threads_for(in.forced_elems_per_thread ? in.forced_elems_per_thread
+                      : fp32_wide_pair ? 8
                       : in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8
                                                                                                  : 16);
-    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : 512;
+    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : fp32_wide_pair && !in.forced_elems_per_thread ? 1024 : 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104
     // registers). H200, a1a09e4 -> b7e2621 in one run: 0.540 -> 0.718x copy (Liger
@@ -235,8 +258,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
         p.row_sums = true;
       }
       tpr = tpr_max;  // the cluster holds the row, dw/db sums included
-    } else if (tpr > tpr_max) {
-      // Longer rows: registers go to the row alone (128 bytes of h + dout per
+    } else if (tpr > tpr_max || (rms_dro_smem_sums && !in.forced_elems_per_thread && !in.forced_cta_threads)) {
+      // Longer rows (and rms_dro_smem_sums, above): registers go to the row alone (128 bytes of h + dout per
       // thread; 256 bytes made ptxas spill under the 128-register cap of 512
       // threads, and 1024 threads' 64-register cap spilled at 128) and dw/db
       // come from the column pass.
@@ -471,6 +494,14 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
     if (p.async_rows && p.rows == 1 && p.threads() == 512) p.min_blocks = 2;
   }
+  // Their rows of 512 threads with the dw sums in shared memory (N=8193-16384), the
+  // estimate's one CTA per SM: two at 64 registers (no spills with 16-bit and fp32
+  // weights, ptxas sm_90a and sm_100a). H200, bf16, M*N = 2^27, ratio to copy, own
+  // plan -> NORMKIT_BACKWARD_PLAN=minb=2, two runs each at 2a04be8: N=16384 0.792 ->
+  // 0.875. With dresidual_out they spilled 8-196 bytes (N=8192-16384).
+  if (in.backward && !in.center && !in.residual && !in.dbias && in.arch >= 90 && in.x_bytes == 2 && p.smem_sums &&
+      p.threads() == 512 && p.vec * in.x_bytes == 16)
+    p.min_blocks = 2;
   if (const int fp32_blocks = fp32_backward_blocks(in, p, owned); fp32_blocks > 0) p.min_blocks = fp32_blocks;
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =

@@ -70,12 +70,19 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     EXPECT_FALSE(p.prefetch || p.async_rows) << n << " " << p.str();
   }
   // RMSNorm's rows of one 512-thread CTA with dresidual_out and dw alone (N=4097-8192)
-  // take plain register rows on sm_90 (they measured faster than the ring);
-  // LayerNorm's, rows with db or without dresidual_out, and sm_80 keep the ring.
+  // take 32 columns a thread at 256 threads with the sums in shared memory on sm_90,
+  // and plain register rows where shared-memory sums are off (both measured faster
+  // than the ring); LayerNorm's, rows with db or without dresidual_out, and sm_80
+  // keep the ring.
   for (std::int64_t n : {6144, 8192}) {
     RmsBwdSpec rms = plain_bwd_spec(n);
     rms.dresidual_out = bf16;
+    const RowPlan sums = plan_bwd(rms, 8, 90);
+    EXPECT_TRUE(sums.smem_sums && sums.row_sums && sums.threads() == 256) << n << " " << sums.str();
+    EXPECT_EQ(sums.smem_bytes, n * 4) << n << " " << sums.str();
+    rms.smem_sums_allowed = false;
     const RowPlan p = plan_bwd(rms, 8, 90);
+    rms.smem_sums_allowed = true;
     EXPECT_TRUE(p.regs && p.row_sums && p.rows == 1 && p.threads() == 512) << n << " " << p.str();
     EXPECT_FALSE(p.async_rows || p.prefetch) << n << " " << p.str();
     EXPECT_TRUE(plan_bwd(rms, 8, 80).async_rows) << n;
@@ -103,6 +110,11 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
       EXPECT_EQ(dw.rows, 1) << dw.str();
       EXPECT_EQ(dw.smem_bytes, 16384 * 4) << dw.str();
       EXPECT_LE(dw.min_blocks, 3) << dw.str();  // what 64 KB per CTA leaves room for
+      // Two CTAs per SM on sm_90 (measured), not with dresidual_out (spilled).
+      if (target == "sm_90a") EXPECT_EQ(dw.min_blocks, 2) << dw.str();
+      RmsBwdSpec dro = plain_bwd_spec(16384, x);
+      dro.dresidual_out = x;
+      EXPECT_EQ(plan_bwd(dro, 8, arch_of(target)).min_blocks, 1) << plan_bwd(dro, 8, arch_of(target)).str();
       const RowPlan dwdb = plan(16384, x, true, true, target, 8, true);
       EXPECT_TRUE(dwdb.smem_sums) << dwdb.str();
       EXPECT_EQ(dwdb.smem_bytes, 2 * 16384 * 4) << dwdb.str();
@@ -254,14 +266,18 @@ TEST(RmsNormPlan, Fp32BackwardRowsTakeTheMeasuredCtasOnSm90) {
     const RowPlan p80 = plan_bwd(w.spec, 4, 80);
     EXPECT_TRUE(p80.min_blocks != w.min_blocks || p80.threads() != w.threads) << w.spec.n << " " << p80.str();
   }
-  // LayerNorm's fp32 rows of 8193-16384 columns: a pair of 512-thread CTAs at 16
-  // columns a thread, sums in registers (not the stash); sm_80, without clusters, and
-  // 16-bit dout keep theirs.
+  // fp32 rows of 8193-16384 columns: a pair of CTAs, sums in registers (not the
+  // stash), of 1024 threads at 8 columns a thread; LayerNorm with dresidual_out
+  // (it spilled there) of 512 threads at 16. sm_80, without clusters, and 16-bit dout
+  // keep theirs.
   for (std::int64_t n : {10000, 16384}) {
+    const RowPlan rms = plan_bwd(plain_bwd_spec(n, f32), 4, 90);
+    EXPECT_TRUE(rms.cluster == 2 && rms.tpr == 1024 && rms.regs && rms.row_sums) << n << " " << rms.str();
+    EXPECT_EQ(plan_bwd(rms_dro(n), 4, 90).tpr, 1024) << n;
     for (const bool dro : {false, true}) {
       const RowPlan p = plan_bwd(ln(n, dro), 4, 90);
       EXPECT_EQ(p.cluster, 2) << n << " " << p.str();
-      EXPECT_EQ(p.tpr, 512) << n << " " << p.str();
+      EXPECT_EQ(p.tpr, dro ? 512 : 1024) << n << " " << p.str();
       EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split) << n << " " << p.str();
       EXPECT_FALSE(plan_bwd(ln(n, dro), 4, 80).regs && plan_bwd(ln(n, dro), 4, 80).cluster == 2) << n;
     }

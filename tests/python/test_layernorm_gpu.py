@@ -345,19 +345,24 @@ def test_forward_rows_of_two_ctas_per_sm(op, xdt, rdt, wdt, with_bias, stats, m,
     check_forward(op, x, w, b, r, stats=stats)
 
 
-# LayerNorm's fp32 backward rows of 8193-16384 columns in calls of more than 2^23
-# elements (fewer take the few-row cluster plans): 16 columns a thread over a pair
-# of 512-thread CTAs with the dw and db sums in registers, through autograd
-# against float64, with a residual (dresidual_out, prenorm) and without, a bf16
-# weight and bias, and an N that leaves the last items partly empty.
+# fp32 backward rows of 8193-16384 columns in calls of more than 2^23 elements
+# (fewer take the few-row cluster plans) over a pair of CTAs with the dw (and db)
+# sums in registers: 8 columns a thread at 1024 threads, LayerNorm with
+# dresidual_out 16 at 512 (test_rmsnorm_plans.cpp). Through autograd against
+# float64, with a residual (dresidual_out, prenorm) and without, a bf16 weight and
+# bias, and an N that leaves the last items partly empty.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("wdt,with_res,m,n", [(FP32, False, 520, 16384), (FP32, True, 520, 16384),
                                               (BF16, True, 840, 10000), (FP32, False, 700, 12288)],
                          ids=["N16384", "res-N16384", "wbf16-res-N10000", "N12288"])
-def test_fp32_backward_rows_over_a_pair_of_ctas(wdt, with_res, m, n):
+def test_fp32_backward_rows_over_a_pair_of_ctas(op, wdt, with_res, m, n):
     x = rand((m, n), FP32).requires_grad_()
-    w, b = rand((n,), wdt).requires_grad_(), rand((n,), wdt).requires_grad_()
+    w = rand((n,), wdt).requires_grad_()
     r = rand((m, n), FP32).requires_grad_() if with_res else None
-    ln_check(layernorm, x, w, b, r, prenorm=with_res)
+    if op == "rmsnorm":
+        fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res)
+    else:
+        ln_check(layernorm, x, w, rand((n,), wdt).requires_grad_(), r, prenorm=with_res)
 
 
 # NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch", reason="the RMSNorm GPU tests drive CUDA me
 from normkit.torch import RMSNorm, rmsnorm, rmsnorm_bwd, rmsnorm_fwd  # noqa: E402
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, DEVICE, DW_ATOL, EPS, FP16, FP32, NAMES, _rmsnorm_kernel_cache, _seed, cache_dir, check, check_exact,
-    fresh_dynamo, fwd_bwd_check, poison_next_allocations, pytestmark, rand, ref_backward, ref_forward)
+    fresh_dynamo, fwd_bwd_check, plan_switch, poison_next_allocations, pytestmark, rand, ref_backward, ref_forward)
 
 NAN = float("nan")
 
@@ -62,16 +62,22 @@ def test_residual(xdt, rdt, res_dt, prenorm):
     fwd_bwd_check(rmsnorm, x, w, residual=r, residual_dtype=res_dt, prenorm=prenorm)
 
 
-# 16-bit rows of one 512-thread CTA (N=4097-8192) with dresidual_out take plain register
-# rows on sm_90, not the cp.async ring (test_rmsnorm_plans.cpp); M*N above 2^23, so not
-# the plan of few rows.
-@pytest.mark.parametrize("xdt,wdt,n", [(BF16, BF16, 8192), (FP16, FP32, 6144)], ids=["bf16-N8192", "fp16-wfp32-N6144"])
-def test_residual_rows_of_one_wide_cta(xdt, wdt, n):
+# 16-bit rows with dw alone and dresidual_out at N=4097-8192 take 32 columns a thread
+# at 256 threads with the sums in shared memory on sm_90, and plain register rows of
+# one 512-thread CTA with NORMKIT_SMEM_SUMS=0; without dresidual_out, N=8193-16384's
+# shared-memory sums run two CTAs per SM (test_rmsnorm_plans.cpp). M*N above 2^23,
+# so not the plan of few rows.
+@pytest.mark.parametrize("smem_sums", ["1", "0"], ids=["smem-sums", "register-rows"])
+@pytest.mark.parametrize("xdt,wdt,n,with_res", [(BF16, BF16, 8192, True), (FP16, FP32, 6144, True),
+                                                (BF16, BF16, 16384, False), (FP16, FP32, 12000, False)],
+                         ids=["bf16-res-N8192", "fp16-wfp32-res-N6144", "bf16-N16384", "fp16-wfp32-N12000"])
+def test_sixteen_bit_rows_of_one_wide_cta(xdt, wdt, n, with_res, smem_sums):
     m = (1 << 23) // n + 3
     x = rand((m, n), xdt).requires_grad_()
-    r = rand((m, n), xdt).requires_grad_()
+    r = rand((m, n), xdt).requires_grad_() if with_res else None
     w = rand((n,), wdt).requires_grad_()
-    fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=True)
+    with plan_switch("NORMKIT_SMEM_SUMS", smem_sums):
+        fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res)
 
 
 @pytest.mark.parametrize("xdt,res_dt", [(BF16, FP32), (FP32, BF16)], ids=["bf16-to-fp32", "fp32-to-bf16"])

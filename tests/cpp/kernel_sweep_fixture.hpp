@@ -1,0 +1,44 @@
+// The kernel sweeps' fixture: compiles planned specs through NVRTC in a fresh
+// runtime and expects zero local-memory spill bytes in the ptxas report.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "normkit/runtime/runtime.hpp"
+#include "rmsnorm_kernels.hpp"
+#include "test_helpers.hpp"
+
+namespace rmsnorm_test {
+
+class RmsNormKernelSweep : public nktest::FreshRuntime {
+ protected:
+  // Compiles a planned forward spec for `target` and expects no spills.
+  void expect_fwd_clean(const normkit::norm::detail::RmsFwdSpec& f, const std::string& target) {
+    const normkit::rt::KernelSource source = normkit::norm::detail::fwd_source(f);
+    auto kf = rt().compile(source, normkit::rt::Target::parse(target));
+    EXPECT_EQ(kf->spill_store_bytes + kf->spill_load_bytes, 0)
+        << target << " fwd n=" << f.n << " " << f.plan.str() << " " << source.template_args;
+    EXPECT_EQ(source.family, f.center ? "layernorm_fwd" : "rmsnorm_fwd");
+  }
+  // Compiles every kernel a planned backward spec launches (row, dot, column
+  // kernels) for `target`, expects no spills; returns how many it compiled.
+  int expect_bwd_clean(const normkit::norm::detail::RmsBwdSpec& b, const std::string& target) {
+    const normkit::norm::detail::RmsBwdSources sources = normkit::norm::detail::bwd_sources(b);
+    int compiled = 0;
+    for (const std::optional<normkit::rt::KernelSource>& k :
+         {std::optional(sources.rows), sources.row_dots, sources.columns}) {
+      if (!k) continue;
+      auto kb = rt().compile(*k, normkit::rt::Target::parse(target));
+      EXPECT_EQ(kb->spill_store_bytes + kb->spill_load_bytes, 0)
+          << target << " bwd n=" << b.n << " " << b.plan.str() << " " << k->template_args;
+      EXPECT_EQ(k->family.rfind(b.center ? "layernorm_bwd" : "rmsnorm_bwd", 0), 0u) << k->family;
+      ++compiled;
+    }
+    return compiled;
+  }
+};
+
+}  // namespace rmsnorm_test

@@ -1,0 +1,116 @@
+// The backward plan rules measured on sm_90 (rmsnorm_heuristics.cpp), compiled for
+// every dtype pairing they take: each kernel they plan must compile through NVRTC
+// with zero local-memory spill bytes, and each rule must still apply where its
+// comment says (a count per test). No GPU needed.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "kernel_sweep_fixture.hpp"
+#include "rmsnorm_heuristics.hpp"
+#include "rmsnorm_test_specs.hpp"
+
+using namespace normkit::norm;
+using namespace normkit::norm::detail;
+using namespace rmsnorm_test;
+
+// LayerNorm's fp32 backward rows with db of 16 columns a thread over a pair of
+// 512-thread CTAs (N in 8193..16384: the dw and db sums in registers; on sm_90
+// without dresidual_out 8 columns at 1024 threads, the test below), with a weight
+// of either dtype, dresidual_out and dresidual or not, an odd N's partly empty last
+// items (N=10000), without spills on sm_90a and sm_100a (ptxas: 95-122 registers).
+TEST_F(RmsNormKernelSweep, Fp32LayerNormBackwardPairsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"})
+  for (std::int64_t n : {10000, 16384}) {
+    for (DType w : {f32, bf16}) {
+      for (const bool dro : {false, true}) {
+        for (const bool dres : {false, true}) {
+          RmsBwdSpec b = plain_bwd_spec(n, f32);
+          b.weight = w;
+          b.dbias = w;
+          b.center = true;
+          if (dro) b.dresidual_out = f32;
+          if (dres) b.dresidual = f32;
+          b.plan = plan_bwd(b, 8, arch_of(target));
+          EXPECT_EQ(b.plan.cluster, 2) << b.plan.str();
+          EXPECT_TRUE(b.plan.regs && b.plan.row_sums && !b.plan.stash) << b.plan.str();
+          kernels += expect_bwd_clean(b, target);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 2 * 2 * 2 * 2);
+}
+
+// fp32 rows with dw whose 8 columns a thread take two 1024-thread CTAs (N in
+// 8193..16384): a cluster of two 1024-thread CTAs, 64 registers. RMSNorm with and
+// without dresidual_out, LayerNorm (dw and db) without it; weights of either
+// dtype, dresidual or not, N=10000's partly empty last items. sm_90a only: sm_100a
+// spilled some of them (16-72 bytes) and keeps 512 threads.
+TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
+  int kernels = 0;
+  const std::string target = "sm_90a";
+  for (std::int64_t n : {10000, 16384}) {
+    for (DType w : {f32, bf16}) {
+      for (const bool center : {false, true}) {
+        for (const bool dro : {false, true}) {
+          for (const bool dres : {false, true}) {
+            RmsBwdSpec b = plain_bwd_spec(n, f32);
+            b.weight = w;
+            b.center = center;
+            if (center) b.dbias = w;
+            if (dro) b.dresidual_out = f32;
+            if (dres) b.dresidual = f32;
+            b.plan = plan_bwd(b, 8, arch_of(target));
+            if (center && dro) {  // spilled at 1024 threads: keeps fp32_db_pair's 512
+              EXPECT_EQ(b.plan.tpr, 512) << b.plan.str();
+              continue;
+            }
+            EXPECT_EQ(b.plan.cluster, 2) << b.plan.str();
+            EXPECT_EQ(b.plan.tpr, 1024) << b.plan.str();
+            EXPECT_TRUE(b.plan.regs && b.plan.row_sums && !b.plan.stash) << b.plan.str();
+            EXPECT_EQ(plan_bwd(b, 8, 100).tpr, 512) << plan_bwd(b, 8, 100).str();
+            kernels += expect_bwd_clean(b, target);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 2 * 3 * 2);
+}
+
+// RMSNorm's 16-bit rows with dw alone: with dresidual_out at N in 4097..8192, 32
+// columns a thread at 256 threads with the sums in shared memory; without it at N in
+// 8193..16384, their 512-thread rows of shared-memory sums two CTAs per SM. 16-bit
+// and fp32 weights, dresidual of either width, N=6000 and 12000's partly empty last
+// items; sm_90a and sm_100a.
+TEST_F(RmsNormKernelSweep, RmsNormSharedMemorySumRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"}) {
+    for (DType x : {bf16, f16}) {
+      for (DType w : {x, f32}) {
+        for (std::int64_t n : {6000, 8192}) {
+          for (std::optional<DType> dres : {std::optional<DType>(), std::optional<DType>(x), std::optional<DType>(f32)}) {
+            RmsBwdSpec b = plain_bwd_spec(n, x);
+            b.weight = w;
+            b.dresidual_out = x;
+            b.dresidual = dres;
+            b.plan = plan_bwd(b, 8, arch_of(target));
+            EXPECT_TRUE(b.plan.smem_sums && b.plan.threads() == 256) << n << " " << b.plan.str();
+            kernels += expect_bwd_clean(b, target);
+          }
+        }
+        for (std::int64_t n : {12000, 16384}) {
+          RmsBwdSpec b = plain_bwd_spec(n, x);
+          b.weight = w;
+          b.plan = plan_bwd(b, 8, arch_of(target));
+          EXPECT_TRUE(b.plan.smem_sums && b.plan.threads() == 512 && b.plan.min_blocks == 2) << n << " " << b.plan.str();
+          kernels += expect_bwd_clean(b, target);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 2 * 2 * 2 * (2 * 3 + 2));
+}
