@@ -114,3 +114,25 @@ TEST_F(RmsNormKernelSweep, RmsNormSharedMemorySumRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 2 * 2 * 2 * (2 * 3 + 2));
 }
+
+TEST_F(RmsNormKernelSweep, TmpScan) {
+  struct O { int ept, cta, minb; };
+  for (std::int64_t n : {1024, 2048, 4096, 8192, 16384}) {
+    for (const bool dro : {false, true}) {
+      for (O o : {O{0,0,0}, O{0,0,2}, O{0,0,3}, O{0,0,4}, O{16,0,0}, O{16,0,2}, O{16,0,3}, O{8,256,0}, O{32,0,0}}) {
+        RmsBwdSpec b = plain_bwd_spec(n, bf16);
+        b.center = true;
+        b.dbias = bf16;
+        if (dro) b.dresidual_out = bf16;
+        b.plan_override.elems_per_thread = o.ept;
+        b.plan_override.cta_threads = o.cta;
+        b.plan_override.min_blocks = o.minb;
+        b.plan = fit_to_device(plan_bwd(b, 8, 90), n, 132);
+        const RmsBwdSources src = bwd_sources(b);
+        auto k = rt().compile(src.rows, normkit::rt::Target::parse("sm_90a"));
+        printf("SCAN n=%ld dro=%d ept=%d cta=%d minb=%d | %s | regs=%d spill=%d\n", (long)n, dro, o.ept, o.cta, o.minb,
+               b.plan.str().c_str(), k->registers, k->spill_store_bytes + k->spill_load_bytes);
+      }
+    }
+  }
+}
