@@ -126,6 +126,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   int tpr_max;
   bool ring_db16 = false;  // backward: ring_rows_db's rows of 16 columns a thread (below)
   bool two_ctas = false;   // forward: two 512-thread CTAs per SM (below)
+  bool smem_sums32 = false;  // backward: 32 columns a thread with shared-memory sums (below)
   if (!in.backward) {
     // Forward keeps h (fp32): 32 elements, eight 16-byte bf16 loads in flight.
     // 512-thread CTAs in clusters instead of 1024 threads (two CTAs per SM
@@ -221,17 +222,37 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // (16-72 bytes), which keeps its plans. Not measured: a 16-bit dout.
     const bool fp32_wide_pair = in.x_bytes == 4 && in.dout_bytes == 4 && in.arch == 90 && in.param_grads &&
                                 !(in.dbias && in.residual) && threads_for(8) == 2048;
-    // RMSNorm's 16-bit rows with dresidual_out and dw alone whose 16 columns a
-    // thread take one 512-thread CTA (N=4097-8192): 32 columns at 256 threads with
-    // the dw sums in shared memory (the longer rows' plan below; 111 registers, two
-    // CTAs per SM) instead of rms_dro_plain_rows. H200, bf16, M*N = 2^27, ratio to
-    // copy, own plan -> NORMKIT_BACKWARD_PLAN=ept=8 (two runs each at 2a04be8):
-    // N=8192 0.820 -> 0.944. Without dresidual_out the same plan lost (0.848 ->
-    // 0.837) to the cp.async ring's rows.
-    const bool rms_dro_smem_sums = !in.center && !in.dbias && in.residual && in.param_grads && in.x_bytes == 2 &&
-                                   in.dout_bytes == 2 && in.arch >= 90 && p.vec * in.x_bytes == 16 &&
-                                   threads_for(16) == 512 && in.smem_sums_allowed;
+    // 16-bit rows whose sums would stay in registers that take 32 columns a thread
+    // with the dw (and db) sums in shared memory instead (the longer rows' plan
+    // below), where that measured faster on sm_90. H200, bf16, M*N = 2^27, ratio to
+    // copy, own plan -> NORMKIT_BACKWARD_PLAN, two runs each in one call
+    // (docs/perf/h200-2026-11-30g.md):
+    //   RMSNorm with dresidual_out and dw alone, N=4097-8192 (one 512-thread CTA of 16
+    //   columns, rms_dro_plain_rows): 256 threads, 111 registers, two CTAs per SM;
+    //   `ept=8` at 2a04be8: N=8192 0.820 -> 0.944. Without dresidual_out it lost to
+    //   the cp.async ring (0.848 -> 0.837).
+    //   RMSNorm without dresidual_out, N=2049-4096 (the ring's 256-thread CTAs): 128
+    //   threads, five CTAs per SM; `ept=8,cta=256` at 1b9236c: N=4096 0.833 -> 0.880.
+    //   With dresidual_out it lost (0.893 -> 0.853).
+    //   LayerNorm with db and dresidual_out, N=2049-4096 (ring_db16): 128 threads, 90
+    //   registers, five CTAs per SM; `ept=8,cta=256` at 1b9236c: N=4096 0.712 ->
+    //   0.791. Without dresidual_out 0.752 -> 0.753, so not planned.
+    const bool sums16_rows = in.x_bytes == 2 && in.dout_bytes == 2 && in.arch >= 90 && in.param_grads &&
+                             p.vec * in.x_bytes == 16 && !in.forced_elems_per_thread && !in.forced_cta_threads;
+    const std::int64_t threads16 = threads_for(16);
+    smem_sums32 = sums16_rows && in.smem_sums_allowed &&
+                  (in.center ? in.dbias && in.residual && threads16 == 256
+                             : !in.dbias && threads16 == (in.residual ? 512 : 256));
+    // LayerNorm's 16-bit rows with db and without dresidual_out, N=513-1024: 32
+    // columns a thread, four 32-thread rows a CTA of the cp.async ring (125
+    // registers, four CTAs per SM) instead of 128 threads of 8 (six CTAs of 72).
+    // H200, bf16, M*N = 2^27, ratio to copy, own plan -> `ept=32` at 1b9236c (two
+    // runs each): N=1024 0.678 -> 0.730. With dresidual_out it lost (0.766 ->
+    // 0.725), and so did N=2048 (0.661 -> 0.556).
+    const bool ln_rows32 = sums16_rows && in.center && in.dbias && !in.residual && in.async_rows_allowed &&
+                           threads_for(32) == 32 && threads_for(8) == 128;
     tpr = threads_for(in.forced_elems_per_thread ? in.forced_elems_per_thread
+                      : ln_rows32      ? 32
                       : fp32_wide_pair ? 8
                       : in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8
                                                                                                  : 16);
@@ -258,8 +279,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
         p.row_sums = true;
       }
       tpr = tpr_max;  // the cluster holds the row, dw/db sums included
-    } else if (tpr > tpr_max || (rms_dro_smem_sums && !in.forced_elems_per_thread && !in.forced_cta_threads)) {
-      // Longer rows (and rms_dro_smem_sums, above): registers go to the row alone (128 bytes of h + dout per
+    } else if (tpr > tpr_max || smem_sums32) {
+      // Longer rows (and smem_sums32, above): registers go to the row alone (128 bytes of h + dout per
       // thread; 256 bytes made ptxas spill under the 128-register cap of 512
       // threads, and 1024 threads' 64-register cap spilled at 128) and dw/db
       // come from the column pass.
@@ -356,7 +377,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // measured faster than the ring in two NORMKIT_XPLAN runs (H200, bf16, ratio to
   // copy): 0.742 -> 0.791 at 04b667f, 0.755 -> 0.807 at b4b49d9; A/B bench
   // c9c5755 -> 67a4f0c 0.767 -> 0.819 (docs/perf/h200-2026-11-30d.md). Two CTAs per
-  // SM there spilled 8 bytes.
+  // SM there spilled 8 bytes. Since smem_sums32 (above) these are the rows whose
+  // shared-memory sums are off (NORMKIT_SMEM_SUMS=0) or forced plans.
   const bool rms_dro_plain_rows = in.backward && !in.center && !in.dbias && in.residual && in.arch >= 90 &&
                                   in.x_bytes == 2 && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 &&
                                   p.rows == 1 && p.threads() == 512;
@@ -511,6 +533,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // registers spilled 8 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);
   if (p.smem_sums || p.async_rows) p.min_blocks = std::min(p.min_blocks, by_smem);
+  // smem_sums32's 128-thread rows: the five CTAs per SM measured at N=4096 (ptxas
+  // 89-90 registers) also where a thread's last columns are empty (N=3000: the
+  // estimate's six spilled 16-32 bytes for LayerNorm fp16 on sm_100a).
+  if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
   return p;
 }

@@ -115,24 +115,48 @@ TEST_F(RmsNormKernelSweep, RmsNormSharedMemorySumRowsCompileWithoutSpills) {
   EXPECT_EQ(kernels, 2 * 2 * 2 * (2 * 3 + 2));
 }
 
-TEST_F(RmsNormKernelSweep, TmpScan) {
-  struct O { int ept, cta, minb; };
-  for (std::int64_t n : {1024, 2048, 4096, 8192, 16384}) {
-    for (const bool dro : {false, true}) {
-      for (O o : {O{0,0,0}, O{0,0,2}, O{0,0,3}, O{0,0,4}, O{16,0,0}, O{16,0,2}, O{16,0,3}, O{8,256,0}, O{32,0,0}}) {
-        RmsBwdSpec b = plain_bwd_spec(n, bf16);
-        b.center = true;
-        b.dbias = bf16;
-        if (dro) b.dresidual_out = bf16;
-        b.plan_override.elems_per_thread = o.ept;
-        b.plan_override.cta_threads = o.cta;
-        b.plan_override.min_blocks = o.minb;
-        b.plan = fit_to_device(plan_bwd(b, 8, 90), n, 132);
-        const RmsBwdSources src = bwd_sources(b);
-        auto k = rt().compile(src.rows, normkit::rt::Target::parse("sm_90a"));
-        printf("SCAN n=%ld dro=%d ept=%d cta=%d minb=%d | %s | regs=%d spill=%d\n", (long)n, dro, o.ept, o.cta, o.minb,
-               b.plan.str().c_str(), k->registers, k->spill_store_bytes + k->spill_load_bytes);
+// smem_sums32's other rows: RMSNorm without dresidual_out at N in 2049..4096 and
+// LayerNorm with db and dresidual_out there, at 128 threads of 32 columns with the
+// sums in shared memory, five CTAs per SM; and ln_rows32's LayerNorm rows of N in
+// 513..1024 without dresidual_out, four 32-thread rows a CTA. 16-bit and fp32
+// weights (and bias), dresidual of either width, N=3000 and 768's partly empty items;
+// sm_90a and sm_100a.
+TEST_F(RmsNormKernelSweep, ThirtyTwoColumnBackwardRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const std::string target : {"sm_90a", "sm_100a"}) {
+    for (DType x : {bf16, f16}) {
+      for (DType w : {x, f32}) {
+        for (std::int64_t n : {3000, 4096}) {
+          for (std::optional<DType> dres : {std::optional<DType>(), std::optional<DType>(x), std::optional<DType>(f32)}) {
+            RmsBwdSpec rms = plain_bwd_spec(n, x);
+            rms.weight = w;
+            rms.dresidual = dres;
+            RmsBwdSpec ln = rms;
+            ln.center = true;
+            ln.dbias = w;
+            ln.dresidual_out = x;
+            for (RmsBwdSpec b : {rms, ln}) {
+              b.plan = plan_bwd(b, 8, arch_of(target));
+              EXPECT_TRUE(b.plan.smem_sums && b.plan.threads() == 128 && b.plan.min_blocks == 5)
+                  << n << " " << b.plan.str();
+              kernels += expect_bwd_clean(b, target);
+            }
+          }
+        }
+        for (std::int64_t n : {768, 1024}) {
+          for (std::optional<DType> dres : {std::optional<DType>(), std::optional<DType>(f32)}) {
+            RmsBwdSpec b = plain_bwd_spec(n, x);
+            b.weight = w;
+            b.dbias = w;
+            b.center = true;
+            b.dresidual = dres;
+            b.plan = plan_bwd(b, 8, arch_of(target));
+            EXPECT_TRUE(b.plan.tpr == 32 && b.plan.rows == 4 && b.plan.async_rows) << n << " " << b.plan.str();
+            kernels += expect_bwd_clean(b, target);
+          }
+        }
       }
     }
   }
+  EXPECT_EQ(kernels, 2 * 2 * 2 * (2 * 3 * 2 + 2 * 2));
 }

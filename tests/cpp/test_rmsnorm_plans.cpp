@@ -23,7 +23,8 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
         // With db, N=8192 needs 1024 threads for register sums: they move to
         // shared memory (smem_sums), which the pipeline is not planned with.
         EXPECT_TRUE(p.row_sums) << n << " " << p.str();
-        EXPECT_EQ(p.smem_sums, dbias && n == 8192) << n << " " << p.str();
+        // Without db, N=4096 takes them as well on sm_90 (smem_sums32).
+        EXPECT_EQ(p.smem_sums, dbias ? n == 8192 : n == 4096) << n << " " << p.str();
         // The pipeline: 16-byte vectors take the cp.async ring (async_rows), its
         // three stages of h and dout in shared memory; narrower ones the second
         // register set (prefetch).
@@ -40,6 +41,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     }
     RmsBwdSpec off = plain_bwd_spec(n);  // NORMKIT_ASYNC_ROWS=0: the register pipeline
     off.async_rows_allowed = false;
+    off.smem_sums_allowed = false;  // (N=4096 takes shared-memory sums on sm_90 otherwise)
     EXPECT_TRUE(plan_bwd(off, 8, 90).prefetch) << n;
     EXPECT_FALSE(plan_bwd(off, 8, 90).async_rows) << n;
     EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).async_rows) << n;
@@ -125,7 +127,11 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
   EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a", 8, true).smem_sums);  // two CTAs: the stash
   EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, false).smem_sums);  // no dw/db
   EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, true, /*few_rows=*/true).smem_sums);
-  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a", 8, true).smem_sums);  // register sums fit
+  EXPECT_FALSE(plan(4096, bf16, true, false, "sm_80", 8, true).smem_sums);  // register sums fit
+  // sm_90 takes them where 32 columns a thread measured faster (smem_sums32): RMSNorm
+  // N=4096 without dresidual_out (128 threads, five CTAs per SM).
+  const RowPlan rms4096 = plan(4096, bf16, true, false, "sm_90a", 8, true);
+  EXPECT_TRUE(rms4096.smem_sums && rms4096.threads() == 128 && rms4096.min_blocks == 5) << rms4096.str();
   EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
   // Turned off (NORMKIT_SMEM_SUMS=0): the column pass, as before the sums existed.
   RmsBwdSpec off = plain_bwd_spec(16384);
@@ -195,13 +201,19 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   RmsBwdSpec ln = plain_bwd_spec(4096);
   ln.center = true;
   ln.dbias = bf16;
-  // Without dresidual_out the register pipeline holds them; with it, the ring.
+  // Without dresidual_out the register pipeline holds them; with it, the ring where
+  // shared-memory sums are off (NORMKIT_SMEM_SUMS=0), else 128 threads of 32 columns
+  // with the sums in shared memory (smem_sums32), five CTAs per SM.
   const RowPlan p = plan_bwd(ln, 8, 90);
   EXPECT_TRUE(p.prefetch && !p.async_rows) << p.str();
   EXPECT_EQ(p.tpr, 256) << p.str();
   EXPECT_EQ(p.min_blocks, 2) << p.str();
   RmsBwdSpec ln_res = ln;
   ln_res.dresidual_out = bf16;
+  const RowPlan sums = plan_bwd(ln_res, 8, 90);
+  EXPECT_TRUE(sums.smem_sums && sums.threads() == 128 && sums.min_blocks == 5) << sums.str();
+  EXPECT_EQ(sums.smem_bytes, 2 * 4096 * 4) << sums.str();
+  ln_res.smem_sums_allowed = false;
   const RowPlan r = plan_bwd(ln_res, 8, 90);
   EXPECT_TRUE(r.async_rows && !r.prefetch) << r.str();
   EXPECT_EQ(r.tpr, 256) << r.str();
@@ -210,6 +222,21 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   ln.n = 2048;
   EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 256) << plan_bwd(ln, 8, 90).str();  // 8 columns, as before
   EXPECT_EQ(plan_bwd(ln, 8, 90).min_blocks, 3) << plan_bwd(ln, 8, 90).str();
+  // N=513-1024 without dresidual_out: four 32-thread rows of 32 columns a CTA of the
+  // ring, four CTAs per SM (ln_rows32); with it, sm_80, or an fp16 dout beside fp32 x,
+  // 128 threads of 8.
+  for (std::int64_t n : {768, 1024}) {
+    ln.n = n;
+    const RowPlan rows32 = plan_bwd(ln, 8, 90);
+    EXPECT_TRUE(rows32.tpr == 32 && rows32.rows == 4 && rows32.async_rows && rows32.min_blocks == 4) << n << " "
+                                                                                                         << rows32.str();
+    EXPECT_EQ(plan_bwd(ln, 8, 80).tpr, 128) << n;
+    RmsBwdSpec res = ln;
+    res.dresidual_out = bf16;
+    EXPECT_EQ(plan_bwd(res, 8, 90).tpr, 128) << n;
+  }
+  ln.n = 512;
+  EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 64) << plan_bwd(ln, 8, 90).str();
   ln.n = 8192;
   EXPECT_TRUE(plan_bwd(ln, 8, 90).smem_sums) << plan_bwd(ln, 8, 90).str();
 }
@@ -228,7 +255,9 @@ TEST(RmsNormPlan, RmsNormSixteenBitBackwardRowsTakeMoreCtasOnSm90) {
     res.dresidual_out = bf16;
     EXPECT_LT(plan_bwd(res, 8, 90).min_blocks, 7) << n;
   }
-  const RowPlan p4096 = plan_bwd(plain_bwd_spec(4096), 8, 90);  // measured no faster with 4
+  RmsBwdSpec ring4096 = plain_bwd_spec(4096);  // the ring where shared-memory sums are off
+  ring4096.smem_sums_allowed = false;
+  const RowPlan p4096 = plan_bwd(ring4096, 8, 90);  // measured no faster with 4
   EXPECT_TRUE(p4096.async_rows) << p4096.str();
   EXPECT_EQ(p4096.min_blocks, 3) << p4096.str();
   const RowPlan p8192 = plan_bwd(plain_bwd_spec(8192), 8, 90);
@@ -442,6 +471,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
 // prefetch and the cp.async ring) turned off; the forward ignores them.
 TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
   RmsBwdSpec b = plain_bwd_spec(4096, bf16);
+  b.smem_sums_allowed = false;  // the ring's rows, not smem_sums32's
   const RowPlan base = plan_bwd(b, 8, 90);
   EXPECT_EQ(base.tpr, 256) << base.str();  // 16 columns a thread
   EXPECT_TRUE(base.async_rows) << base.str();

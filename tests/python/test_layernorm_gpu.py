@@ -365,6 +365,24 @@ def test_fp32_backward_rows_over_a_pair_of_ctas(op, wdt, with_res, m, n):
         ln_check(layernorm, x, w, rand((n,), wdt).requires_grad_(), r, prenorm=with_res)
 
 
+# LayerNorm's 16-bit backward rows of 32 columns a thread on sm_90 (test_rmsnorm_plans.cpp):
+# with dresidual_out at N=2049-4096, 128 threads with the dw and db sums in shared memory
+# (the cp.async ring's 256 threads with NORMKIT_SMEM_SUMS=0); without it at N=513-1024,
+# four 32-thread rows a CTA of the ring. fp32 weight and bias beside fp16 rows, an N that
+# leaves the last items partly empty; M*N above 2^23, so not the plan of few rows.
+@pytest.mark.parametrize("smem_sums", ["1", "0"], ids=["smem-sums", "switch-off"])
+@pytest.mark.parametrize("xdt,wdt,n,with_res", [(BF16, BF16, 4096, True), (FP16, FP32, 3000, True),
+                                                (BF16, BF16, 1024, False), (FP16, FP32, 768, False)],
+                         ids=["bf16-res-N4096", "fp16-wfp32-res-N3000", "bf16-N1024", "fp16-wfp32-N768"])
+def test_sixteen_bit_backward_rows_of_32_columns(xdt, wdt, n, with_res, smem_sums):
+    m = (1 << 23) // n + 3
+    x = rand((m, n), xdt).requires_grad_()
+    r = rand((m, n), xdt).requires_grad_() if with_res else None
+    w, b = rand((n,), wdt).requires_grad_(), rand((n,), wdt).requires_grad_()
+    with plan_switch("NORMKIT_SMEM_SUMS", smem_sums):
+        ln_check(layernorm, x, w, b, r, prenorm=with_res)
+
+
 # NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;
 # 16 elements a thread over 8 of them, or for fp32 rows the two-pass kernel; the
 # pipeline off, on rows without weight or bias, where bf16 takes it) compute what the

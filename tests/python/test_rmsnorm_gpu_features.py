@@ -62,15 +62,18 @@ def test_residual(xdt, rdt, res_dt, prenorm):
     fwd_bwd_check(rmsnorm, x, w, residual=r, residual_dtype=res_dt, prenorm=prenorm)
 
 
-# 16-bit rows with dw alone and dresidual_out at N=4097-8192 take 32 columns a thread
-# at 256 threads with the sums in shared memory on sm_90, and plain register rows of
-# one 512-thread CTA with NORMKIT_SMEM_SUMS=0; without dresidual_out, N=8193-16384's
-# shared-memory sums run two CTAs per SM (test_rmsnorm_plans.cpp). M*N above 2^23,
-# so not the plan of few rows.
+# 16-bit rows with dw alone take 32 columns a thread with the sums in shared memory on
+# sm_90 where that measured faster: with dresidual_out at N=4097-8192 (256 threads;
+# plain register rows of one 512-thread CTA with NORMKIT_SMEM_SUMS=0), without it at
+# N=2049-4096 (128 threads; the cp.async ring with the switch off); without
+# dresidual_out, N=8193-16384's shared-memory sums run two CTAs per SM
+# (test_rmsnorm_plans.cpp). M*N above 2^23, so not the plan of few rows.
 @pytest.mark.parametrize("smem_sums", ["1", "0"], ids=["smem-sums", "register-rows"])
 @pytest.mark.parametrize("xdt,wdt,n,with_res", [(BF16, BF16, 8192, True), (FP16, FP32, 6144, True),
-                                                (BF16, BF16, 16384, False), (FP16, FP32, 12000, False)],
-                         ids=["bf16-res-N8192", "fp16-wfp32-res-N6144", "bf16-N16384", "fp16-wfp32-N12000"])
+                                                (BF16, BF16, 16384, False), (FP16, FP32, 12000, False),
+                                                (BF16, BF16, 4096, False), (FP16, FP32, 3000, False)],
+                         ids=["bf16-res-N8192", "fp16-wfp32-res-N6144", "bf16-N16384", "fp16-wfp32-N12000",
+                              "bf16-N4096", "fp16-wfp32-N3000"])
 def test_sixteen_bit_rows_of_one_wide_cta(xdt, wdt, n, with_res, smem_sums):
     m = (1 << 23) // n + 3
     x = rand((m, n), xdt).requires_grad_()
