@@ -328,8 +328,11 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   }
   p.tpr = static_cast<int>(tpr);
   // Short rows: several rows per CTA so that a CTA has >= 128-256 threads.
+  // Not rows with their dw/db sums in shared memory: the CTA's rows would add to the
+  // same columns at once (norm_bwd_kernel asserts one row a CTA there). The planner
+  // gives them >= 128 threads; NORMKIT_BACKWARD_PLAN's `cta=` can give fewer.
   const int cta_target = in.backward ? 128 : 256;
-  p.rows = p.regs ? std::max(1, cta_target / p.tpr) : 1;
+  p.rows = p.regs && !p.smem_sums ? std::max(1, cta_target / p.tpr) : 1;
   // Forward calls of few rows: one row per CTA of >= 128 threads. A decode call's
   // rows are latency, not bandwidth: two rows a CTA put M=128 on 64 of 132 SMs.
   // H200 by graph replay, N=4096, 885c98d -> 619d2e2 (docs/perf/h200-2026-11-30.md):

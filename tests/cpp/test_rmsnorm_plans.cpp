@@ -481,6 +481,15 @@ TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
   b.plan_override.cta_threads = 256;  // 512 threads of 8 columns do not fit: the planner's next choice
   const RowPlan cta = plan_bwd(b, 8, 90);
   EXPECT_LE(cta.threads(), 256) << cta.str();
+  // Fewer threads than a row of 32 columns a thread needs: shared-memory sums, one
+  // row a CTA (the CTA's rows would add to the same sums), N=2048 at 64 threads.
+  RmsBwdSpec narrow = plain_bwd_spec(2048, bf16);
+  narrow.center = true;
+  narrow.dbias = bf16;
+  narrow.plan_override.elems_per_thread = 8;
+  narrow.plan_override.cta_threads = 128;
+  const RowPlan sums = plan_bwd(narrow, 8, 90);
+  EXPECT_TRUE(sums.smem_sums && sums.tpr == 64 && sums.rows == 1) << sums.str();
   b.plan_override = {};
   b.plan_override.min_blocks = 3;
   EXPECT_EQ(plan_bwd(b, 8, 90).min_blocks, 3);
