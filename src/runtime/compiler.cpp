@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <system_error>
 
 #include "cuda_driver.hpp"
 #include "normkit/runtime/cache_key.hpp"
@@ -55,7 +56,11 @@ void dump_sass(const fs::path& cubin, const fs::path& out) {
     const std::string cmd = "'" + tool + "' --dump-sass '" + cubin.string() + "' > '" + out.string() + "' 2>/dev/null";
     if (std::system(cmd.c_str()) == 0) return;
   }
-  log(LogLevel::info, "NORMKIT_DUMP_DIR: no cuobjdump found; SASS not written for " + cubin.string());
+  // The shell's redirection created the file before a missing tool failed: no empty dump.
+  std::error_code ignored;
+  fs::remove(out, ignored);
+  log(LogLevel::info, "NORMKIT_DUMP_DIR: no working cuobjdump (and nvdisasm) found; SASS not written for " +
+                          cubin.string());
 }
 
 }  // namespace
