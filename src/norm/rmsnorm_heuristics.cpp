@@ -221,7 +221,8 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // fp32_db_pair; so did LayerNorm and RMSNorm with dresidual_out on sm_100a
     // (16-72 bytes), which keeps its plans. Not measured: a 16-bit dout.
     const bool fp32_wide_pair = in.x_bytes == 4 && in.dout_bytes == 4 && in.arch == 90 && in.param_grads &&
-                                !(in.dbias && in.residual) && threads_for(8) == 2048;
+                                !(in.dbias && in.residual) && threads_for(8) == 2048 &&
+                                !in.forced_elems_per_thread;
     // 16-bit rows whose sums would stay in registers that take 32 columns a thread
     // with the dw (and db) sums in shared memory instead (the longer rows' plan
     // below), where that measured faster on sm_90. H200, bf16, M*N = 2^27, ratio to
@@ -256,7 +257,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
                       : fp32_wide_pair ? 8
                       : in.dbias && !ring_db16 && !fp32_db_regs && !fp32_db16_dro && !fp32_db_pair ? 8
                                                                                                  : 16);
-    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : fp32_wide_pair && !in.forced_elems_per_thread ? 1024 : 512;
+    tpr_max = in.forced_cta_threads ? in.forced_cta_threads : fp32_wide_pair ? 1024 : 512;
     // fp32 rows with dw whose sums need two 512-thread CTAs (RMSNorm N=16384): a
     // cluster of two holds the row and the sums, instead of the stash (98-104
     // registers). H200, a1a09e4 -> b7e2621 in one run: 0.540 -> 0.718x copy (Liger
@@ -515,18 +516,16 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 7 CTAs 0.823 -> 0.824). Not rows with db (a second sum: fp16 N=4096 spilled 40
   // bytes under two 512-thread CTAs, sm_90a).
   if (in.backward && !in.center && !in.residual && !in.dbias && in.arch >= 90 && in.x_bytes == 2 && p.regs && p.row_sums &&
-      !p.smem_sums && p.cluster == 1 && p.vec * in.x_bytes == 16) {
-    if (!p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
+      p.cluster == 1 && p.vec * in.x_bytes == 16) {
+    if (!p.smem_sums && !p.async_rows && !p.prefetch && p.threads() == 128) p.min_blocks = 7;
     if (p.async_rows && p.rows == 1 && p.threads() == 512) p.min_blocks = 2;
+    // Their rows of 512 threads with the dw sums in shared memory (N=8193-16384), the
+    // estimate's one CTA per SM: two at 64 registers (no spills with 16-bit and fp32
+    // weights, ptxas sm_90a and sm_100a). H200, bf16, M*N = 2^27, ratio to copy, own
+    // plan -> NORMKIT_BACKWARD_PLAN=minb=2, two runs each at 2a04be8: N=16384 0.792 ->
+    // 0.875. With dresidual_out they spilled 8-196 bytes (N=8192-16384).
+    if (p.smem_sums && p.threads() == 512) p.min_blocks = 2;
   }
-  // Their rows of 512 threads with the dw sums in shared memory (N=8193-16384), the
-  // estimate's one CTA per SM: two at 64 registers (no spills with 16-bit and fp32
-  // weights, ptxas sm_90a and sm_100a). H200, bf16, M*N = 2^27, ratio to copy, own
-  // plan -> NORMKIT_BACKWARD_PLAN=minb=2, two runs each at 2a04be8: N=16384 0.792 ->
-  // 0.875. With dresidual_out they spilled 8-196 bytes (N=8192-16384).
-  if (in.backward && !in.center && !in.residual && !in.dbias && in.arch >= 90 && in.x_bytes == 2 && p.smem_sums &&
-      p.threads() == 512 && p.vec * in.x_bytes == 16)
-    p.min_blocks = 2;
   if (const int fp32_blocks = fp32_backward_blocks(in, p, owned); fp32_blocks > 0) p.min_blocks = fp32_blocks;
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
