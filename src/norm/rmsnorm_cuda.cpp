@@ -183,6 +183,10 @@ struct BwdKernels {
   rt::LoadedKernel columns;       // plans whose row kernel does not sum dw/db: the column pass (else empty)
   rt::LoadedKernel param_reduce;  // partials -> dweight/dbias (function == nullptr if neither)
   bool pdl = false;               // every kernel launched with programmatic dependent launch
+  // Row kernels over a cluster: the clusters the device holds at once (its
+  // persistent grid launches no more; a cluster that waited for a whole free GPC
+  // slice would start after the others and finish late). 0: not asked.
+  std::int64_t resident_clusters = 0;
 };
 
 struct BwdLaunch {
@@ -241,6 +245,13 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
                spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr);
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
+      if (spec.plan.cluster > 1 && !spec.plan.split) {
+        rt::LaunchConfig probe;
+        probe.block.x = static_cast<unsigned>(spec.plan.threads());
+        probe.shared_bytes = static_cast<unsigned>(spec.plan.smem_bytes);
+        probe.cluster = {static_cast<unsigned>(spec.plan.cluster), 1, 1};
+        k.resident_clusters = std::max<std::int64_t>(1, runtime.max_resident_ctas(k.rows, probe) / spec.plan.cluster);
+      }
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
       if (sources.columns) k.columns = runtime.get(*sources.columns, device, a.stream);
       if (sources.param_reduce) k.param_reduce = runtime.get(*sources.param_reduce, device, a.stream);
@@ -259,6 +270,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
       l.parts = l.row_ctas;
     } else {
       l.row_ctas = plan_bwd_parts(plan, rows_per_head, a.heads, found->sm_count);
+      if (found->resident_clusters > 0)
+        l.row_ctas = std::min(l.row_ctas, std::max<std::int64_t>(1, found->resident_clusters / a.heads));
       l.parts = plan.row_sums ? l.row_ctas
                               : plan_bwd_column_parts(a.shape.n, plan.vec, rows_per_head, a.heads,
                                                       found->sm_count, kColumnThreads);

@@ -302,6 +302,18 @@ RowPlan plan_rows(const RowPlanInputs& in) {
       }
     }
   }
+  // Backward rows in registers over a cluster of CTAs that walk rows, dw/db summed
+  // in registers (plan_cluster_rows, rmsnorm_heuristics_bwd.cpp, where they measured
+  // faster; or NORMKIT_BACKWARD_PLAN's cluster=).
+  const ClusterRows cluster_rows = in.backward ? plan_cluster_rows(in, p.vec, threads_for(8)) : ClusterRows{};
+  if (cluster_rows.cluster > 1) {
+    p.cluster = cluster_rows.cluster;
+    p.regs = true;
+    p.row_sums = true;
+    p.smem_sums = false;
+    p.smem_bytes = 0;
+    tpr = tpr_max = cluster_rows.threads;
+  }
   if (tpr > tpr_max) {
     if (in.backward) {
       // Register-resident rows in clusters (one 512-thread CTA per SM, waiting on
@@ -351,8 +363,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // N=16384 0.31x: every row waits on a cluster-wide barrier). fp32 rows measured
   // 0.90-0.95x without it, and rows without dw/db sums (the column pass follows)
   // 0.49x with it against 0.53x (bf16 N=16384). Scalar rows spilled with it.
-  if (in.backward && p.regs && p.row_sums && !p.smem_sums && p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 &&
-      p.vec * in.x_bytes >= 8 && !in.forced_no_prefetch)
+  if (in.backward && p.regs && p.row_sums && !p.smem_sums && !in.forced_no_prefetch &&
+      (cluster_rows.cluster > 1 ? cluster_rows.prefetch
+                                : p.cluster == 1 && p.tpr >= 256 && in.x_bytes <= 2 && p.vec * in.x_bytes >= 8))
     p.prefetch = true;
   // Register-resident 16-bit rows with dw/db sums and 16-byte vectors of h and
   // dout take the cp.async ring instead (RowPlan::async_rows): the pipeline two
@@ -539,6 +552,7 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 89-90 registers) also where a thread's last columns are empty (N=3000: the
   // estimate's six spilled 16-32 bytes for LayerNorm fp16 on sm_100a).
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
+  if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
   return p;
 }

@@ -79,6 +79,7 @@ struct RowPlanInputs {
   bool bias = false;
   // Backward: element size of the widest of dresidual_out and dresidual (0: none).
   int dresidual_bytes = 0;
+  bool dresidual_output = false;  // backward: a dresidual tensor apart from dx
   // Backward: RowPlan::smem_sums may be planned (NORMKIT_SMEM_SUMS=0 turns it off).
   bool smem_sums_allowed = true;
   // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).
@@ -101,6 +102,7 @@ struct RowPlanInputs {
   int forced_cta_threads = 0;
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
+  int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
   bool many_heads = false;

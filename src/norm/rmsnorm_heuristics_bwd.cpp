@@ -88,6 +88,68 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
   p.split_items = in.dbias && !p.wait_dots ? 2 : 4;
 }
 
+// Register rows over a cluster, the CTAs' row sums pushed to each other with
+// st.async and awaited on an mbarrier (row_sums_walk), not two cluster barriers a
+// row, where they measured faster than the plans below them (the fp32 pair, the
+// stash, the split kernels): fp32 rows with dw (LayerNorm: and db) beyond
+// N=16384, 8 columns a thread in 512-thread CTAs up to a 16-CTA cluster (1024
+// threads beyond), two CTAs per SM, no prefetch; LayerNorm's with dresidual_out
+// (which spilled so) one CTA per SM with the next row prefetched, up to N=65536;
+// 16-bit rows with dresidual_out at N=16385-32768, one vector a thread in a
+// cluster of eight 512-thread CTAs, two per SM. H200, M*N = 2^27, ratio to copy,
+// own plan -> NORMKIT_BACKWARD_PLAN=cluster=... (two runs each in one call,
+// scripts/plan_cases/backward-clusters.txt, docs/perf/h200-2026-11-30h.md):
+//   RMSNorm fp32 N=32768 (cluster=8,cta=512,minb=2,prefetch=0) 0.651 -> 0.830, with
+//   dresidual_out 0.667 -> 0.885; N=65536 (cluster=16) 0.621 -> 0.780, 0.643 ->
+//   0.820; N=131072 (cluster=16,cta=1024) 0.594 -> 0.678, 0.631 -> 0.777.
+//   LayerNorm fp32 with dresidual_out (cluster=8/16,cta=512, prefetch, one CTA per
+//   SM): N=32768 0.615 -> 0.768, 65536 0.604 -> 0.694.
+//   bf16 with dresidual_out N=32768 (cluster=8,cta=512,minb=2,prefetch=0): RMSNorm
+//   0.606 -> 0.694, LayerNorm 0.575 -> 0.616.
+// They lost elsewhere: bf16 without dresidual_out at N=32768-131072 (RMSNorm 0.707 ->
+// 0.549 at N=32768 against the pair, 0.574 -> 0.495 at 65536; LayerNorm within 3 %),
+// bf16 with it from N=65536 (RMSNorm 0.639 -> 0.617), and every bf16 row with the
+// next row prefetched (0.34-0.45). LayerNorm fp32 without dresidual_out was not
+// measured (its forward spilled in that call); it takes the RMSNorm rule, the A/B of
+// that commit has its numbers. Not measured, so not planned: sm_80/sm_100, RMSNorm
+// with db, mixed dtypes of x and dout, calls of few rows, N=262144 (fp32 rows
+// spilled at 16 columns a thread in 16 CTAs of 1024 threads). With a separate
+// dresidual output ptxas spilled 20 bytes (fp32 N=32768, sm_90a): not planned.
+ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr8) {
+  ClusterRows c;
+  if (in.forced_cluster > 1 && in.arch >= 90) {
+    c.cluster = in.forced_cluster;
+    c.threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
+    c.prefetch = !in.forced_no_prefetch;
+    return c;
+  }
+  if (in.arch != 90 || !in.param_grads || in.few_rows || in.forced_elems_per_thread || in.forced_cta_threads ||
+      in.dout_bytes != in.x_bytes || vec * in.x_bytes != 16 || (in.dbias && !in.center) || in.dresidual_output)
+    return c;
+  if (in.x_bytes == 4 && tpr8 > 2048) {
+    const bool ln_dro = in.center && in.residual;
+    if (tpr8 / 512 <= 16) {
+      c.cluster = static_cast<int>(tpr8 / 512);
+      c.threads = 512;
+      c.min_blocks = ln_dro ? 1 : 2;
+      c.prefetch = ln_dro;
+    } else if (tpr8 / 1024 <= 16 && !ln_dro) {
+      c.cluster = static_cast<int>(tpr8 / 1024);
+      c.threads = 1024;
+      c.min_blocks = 1;
+    }
+  } else if (in.x_bytes == 2 && in.residual && tpr8 > 2048 && tpr8 <= 4096) {
+    c.cluster = 8;
+    c.threads = 512;
+    c.min_blocks = 2;
+  }
+  // Every thread's vectors in the row (N a multiple of the cluster's columns): a
+  // thread's partly empty last vectors spilled 20-36 bytes (N=20000, ptxas sm_90a).
+  const std::int64_t nv = in.n / vec;
+  if (c.cluster > 1 && nv % (static_cast<std::int64_t>(c.cluster) * c.threads) != 0) c = ClusterRows{};
+  return c;
+}
+
 // Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on
 // the H200, where eager's do_bench time is under 100 us): register-resident rows
 // in a cluster with dw/db summed in registers are two launches (row kernel,

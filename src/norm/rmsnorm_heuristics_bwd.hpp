@@ -50,6 +50,17 @@ void plan_split(const RowPlanInputs& in, RowPlan& p);
 // Calls of few rows with dw/db: register rows in a cluster of up to 8 CTAs for
 // tpr_sums threads of tpr_max each; false where that does not apply.
 bool plan_few_rows(const RowPlanInputs& in, std::int64_t tpr_sums, int tpr_max, RowPlan& p);
+// Backward rows in registers over a cluster of CTAs that walk rows and reduce
+// through row_sums_walk (reduce.cuh): planned where measured faster, or forced by
+// NORMKIT_BACKWARD_PLAN's cluster=. cluster 0: not such a row.
+struct ClusterRows {
+  int cluster = 0;
+  int threads = 0;     // per CTA
+  int min_blocks = 0;  // CTAs per SM (0: the register estimate's, or a forced minb=)
+  bool prefetch = false;
+};
+// vec: the plan's vector width; tpr8: threads a row takes at 8 columns a thread in one CTA.
+ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr8);
 // fp32 backward register rows: the CTAs per SM measured for the plan (0: the
 // register estimate's count stands).
 int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned);

@@ -20,6 +20,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_cta_threads = o.cta_threads;
   in.forced_min_blocks = o.min_blocks;
   in.forced_no_prefetch = o.no_prefetch;
+  in.forced_cluster = o.cluster;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
@@ -109,6 +110,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.few_rows = s.few_rows;
   in.center = s.center;
   in.residual = s.dresidual_out.has_value();
+  in.dresidual_output = s.dresidual.has_value();
   in.dresidual_bytes = static_cast<int>(std::max(s.dresidual_out ? dtype_size(*s.dresidual_out) : 0,
                                                  s.dresidual ? dtype_size(*s.dresidual) : 0));
   in.smem_sums_allowed = s.smem_sums_allowed;

@@ -59,8 +59,12 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "prefetch") {
       NK_CHECK(v == 0 || v == 1, variable, ": prefetch='", value, "' is not 0 or 1");
       o.no_prefetch = v == 0;
+    } else if (key == "cluster" && std::string(variable) != "NORMKIT_FORWARD_PLAN") {
+      NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
+      o.cluster = static_cast<int>(v);
     } else {
-      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch)");
+      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
+               std::string(variable) != "NORMKIT_FORWARD_PLAN" ? ", cluster)" : ")");
     }
   }
   return o;

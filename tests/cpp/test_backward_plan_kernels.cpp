@@ -160,3 +160,41 @@ TEST_F(RmsNormKernelSweep, ThirtyTwoColumnBackwardRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 2 * 2 * 2 * (2 * 3 * 2 + 2 * 2));
 }
+
+// Backward rows in registers over a cluster (plan_cluster_rows): fp32 rows with dw
+// (LayerNorm: and db) at N=32768-131072, 16-bit rows with dresidual_out at
+// N=32768, weights of either dtype, without spills on sm_90a (the only target they
+// are planned for). Not planned (they spilled): a separate dresidual output, and N
+// that leaves a thread's last vectors partly empty (N=20000, 40000).
+TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (std::int64_t n : {20000, 32768, 40000, 65536, 131072}) {
+    for (DType x : {bf16, f32}) {
+      for (DType w : {x, x == f32 ? bf16 : f32}) {
+        for (const bool center : {false, true}) {
+          for (const bool dro : {false, true}) {
+            for (const bool dres : {false, true}) {
+              RmsBwdSpec b = plain_bwd_spec(n, x);
+              b.weight = w;
+              b.center = center;
+              if (center) b.dbias = w;
+              if (dro) b.dresidual_out = x;
+              if (dres) b.dresidual = x;
+              b.plan = plan_bwd(b, 8, 90);
+              const bool whole = n % 32768 == 0;
+              const bool planned =
+                  whole && !dres && (x == f32 ? !(center && dro && n > 65536) : dro && n <= 32768);
+              EXPECT_EQ(b.plan.cluster > 2 && b.plan.regs && !b.plan.stash && !b.plan.split, planned)
+                  << n << " " << b.plan.str();
+              if (!planned) continue;
+              kernels += expect_bwd_clean(b, "sm_90a");
+            }
+          }
+        }
+      }
+    }
+  }
+  // fp32: 3 N x 2 weights x 2 norms x 2 dro, less LayerNorm with dro at N=131072
+  // (2 weights); bf16: N=32768 with dro (2 weights x 2 norms).
+  EXPECT_EQ(kernels, 24 - 2 + 4);
+}

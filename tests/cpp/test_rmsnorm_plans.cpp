@@ -503,3 +503,66 @@ TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
   const RowPlan fwd = plan_fwd(f, 8, 90);
   EXPECT_EQ(plan_fwd(f, 8, 90).str(), fwd.str());
 }
+
+// Backward rows in registers over a cluster (plan_cluster_rows): fp32 rows with dw
+// (LayerNorm: dw and db) from N=32768, in 512-thread CTAs two per SM up to 16 CTAs,
+// then 1024-thread CTAs; LayerNorm with dresidual_out one CTA per SM with the next
+// row prefetched, up to N=65536; bf16 rows with dresidual_out at N=32768. Not on
+// sm_80 or sm_100, not bf16 rows without dresidual_out, not with a separate
+// dresidual, not in calls of few rows, not N=262144, not under NORMKIT_SMEM_SUMS-like
+// overrides of ept=/cta=.
+TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
+  auto spec = [](std::int64_t n, DType x, bool center, bool dro) {
+    RmsBwdSpec s = plain_bwd_spec(n, x);
+    s.center = center;
+    if (center) s.dbias = x;
+    if (dro) s.dresidual_out = x;
+    return s;
+  };
+  struct Want {
+    RmsBwdSpec spec;
+    int cluster, threads, min_blocks;
+    bool prefetch;
+  };
+  for (const Want& w : {Want{spec(32768, f32, false, false), 8, 512, 2, false},
+                        Want{spec(65536, f32, false, true), 16, 512, 2, false},
+                        Want{spec(131072, f32, false, false), 16, 1024, 1, false},
+                        Want{spec(131072, f32, true, false), 16, 1024, 1, false},
+                        Want{spec(32768, f32, true, true), 8, 512, 1, true},
+                        Want{spec(65536, f32, true, true), 16, 512, 1, true},
+                        Want{spec(32768, bf16, false, true), 8, 512, 2, false},
+                        Want{spec(32768, bf16, true, true), 8, 512, 2, false}}) {
+    const RowPlan p = plan_bwd(w.spec, 8, 90);
+    EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split && !p.smem_sums) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.cluster, w.cluster) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.threads(), w.threads) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.prefetch, w.prefetch) << w.spec.n << " " << p.str();
+    for (const int arch : {80, 100}) {
+      const RowPlan other = plan_bwd(w.spec, 8, arch);
+      EXPECT_FALSE(other.cluster > 2 && other.regs) << arch << " " << w.spec.n << " " << other.str();
+    }
+    RmsBwdSpec few = w.spec;
+    few.few_rows = true;
+    EXPECT_FALSE(plan_bwd(few, 8, 90).cluster == w.cluster && plan_bwd(few, 8, 90).regs && w.cluster > 8);
+    RmsBwdSpec dres = w.spec;
+    dres.dresidual = w.spec.x;
+    EXPECT_FALSE(plan_bwd(dres, 8, 90).regs && plan_bwd(dres, 8, 90).cluster > 2) << plan_bwd(dres, 8, 90).str();
+  }
+  for (const RmsBwdSpec& s : {spec(32768, bf16, false, false), spec(65536, bf16, false, true),
+                              spec(131072, f32, true, true), spec(262144, f32, false, false)}) {
+    const RowPlan p = plan_bwd(s, 8, 90);
+    EXPECT_FALSE(p.regs && p.cluster > 2) << s.n << " " << p.str();
+  }
+  // NORMKIT_BACKWARD_PLAN's cluster= forces such rows (sm_90 and later), prefetch
+  // unless prefetch=0, 512 threads unless cta=.
+  RmsBwdSpec forced = spec(65536, bf16, false, false);
+  forced.plan_override.cluster = 16;
+  RowPlan p = plan_bwd(forced, 8, 90);
+  EXPECT_TRUE(p.regs && p.row_sums && p.cluster == 16 && p.threads() == 512 && p.prefetch) << p.str();
+  forced.plan_override.no_prefetch = true;
+  forced.plan_override.cta_threads = 1024;
+  p = plan_bwd(forced, 8, 100);
+  EXPECT_TRUE(p.regs && p.cluster == 16 && p.threads() == 1024 && !p.prefetch) << p.str();
+  EXPECT_FALSE(plan_bwd(forced, 8, 80).cluster == 16);
+}

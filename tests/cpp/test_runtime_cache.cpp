@@ -124,7 +124,15 @@ TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
     setenv(variable, "prefetch=1", 1);
     EXPECT_FALSE(parsed().any());  // the plan's own choice
     expect_each_rejected(variable, {"ept=48", "ept=512", "cta=16", "cta=2048", "minb=0", "minb=17", "prefetch=2",
-                                    "tpr=512", "ept", "ept=6x", "cta=-512"});
+                                    "tpr=512", "ept", "ept=6x", "cta=-512", "cluster=1", "cluster=12", "cluster=32"});
+    // cluster= (register rows over a cluster) is the backward's only.
+    if (forward) {
+      expect_each_rejected(variable, {"cluster=8"});
+    } else {
+      setenv(variable, "cluster=16,cta=1024", 1);
+      EXPECT_EQ(parsed().cluster, 16);
+      EXPECT_TRUE(parsed().any());
+    }
     unsetenv(variable);
   }
 }

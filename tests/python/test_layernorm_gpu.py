@@ -426,6 +426,27 @@ def test_backward_plan_override(override, op, xdt, m, n):
             ln_check(layernorm, x, w, b, label=override)
 
 
+# NORMKIT_BACKWARD_PLAN's cluster=: rows in registers over a cluster of 8-16 CTAs
+# that reduce through row_sums_walk's st.async pushes and mbarrier waits (reduce.cuh),
+# the next row prefetched or not, through autograd with dw (and LayerNorm's db). Row
+# counts that leave the persistent clusters different numbers of rows. Each compiled
+# without spills for sm_90a (ptxas, 2026-11-30).
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,xdt,m,n", [
+    ("cluster=8,cta=512", BF16, 259, 32768), ("cluster=8,cta=512", FP32, 259, 32768),
+    ("cluster=8,cta=512,minb=2,prefetch=0", BF16, 259, 32768),
+    ("cluster=16,cta=512", BF16, 131, 65536), ("cluster=16,cta=512,minb=2,prefetch=0", FP32, 131, 65536),
+    ("cluster=16,cta=1024,prefetch=0", BF16, 67, 131072)])
+def test_backward_rows_over_a_cluster(override, op, xdt, m, n):
+    x = rand((m, n), xdt).requires_grad_()
+    w = rand((n,), xdt).requires_grad_()
+    with plan_switch("NORMKIT_BACKWARD_PLAN", override):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, label=override)
+        else:
+            ln_check(layernorm, x, w, rand((n,), xdt).requires_grad_(), label=override)
+
+
 def test_module_is_a_drop_in(fresh_dynamo):
     theirs = torch.nn.LayerNorm(4096, device="cuda")
     with torch.no_grad():

@@ -211,6 +211,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
+  row_sums_walk_init(reduce_storage);
+  unsigned step = 0;  // row_sums_walk's count of this CTA's reductions
   const long long heads = p.shape.heads;
   const long long head = blockIdx.y;
   const long long part = blockIdx.x / Cfg::CLUSTER;
@@ -375,7 +377,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     float sums[CENTER ? 2 : 1];
     sums[0] = dot.gx;
     if constexpr (CENTER) sums[CENTER ? 1 : 0] = dot.g;
-    row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER>(sums, t.sub, t.lane, reduce_storage);
+    row_sums_walk(sums, t.sub, t.lane, reduce_storage, step++);
     RowDots means;
     means.gx_mean = sums[0] / static_cast<float>(Cfg::N);
     means.g_mean = CENTER ? sums[CENTER ? 1 : 0] / static_cast<float>(Cfg::N) : 0.f;
@@ -469,6 +471,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   } else {
     write_sums(dw_acc, db_acc);
   }
+  row_sums_walk_exit<Cfg::CLUSTER>();
 }
 
 // Column-wise dw/db for rows too long for the register-resident kernel:
