@@ -219,9 +219,11 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     // 13 % faster there); LayerNorm fp32 with dw and db 0.705 -> 0.755. LayerNorm with
     // db and dresidual_out spilled 44-60 bytes under 64 registers and keeps
     // fp32_db_pair; so did LayerNorm and RMSNorm with dresidual_out on sm_100a
-    // (16-72 bytes), which keeps its plans. Not measured: a 16-bit dout.
+    // (16-72 bytes), which keeps its plans. Not measured: a 16-bit dout. Since the
+    // pair reduces through row_sums_walk's mbarriers, rows with a separate dresidual
+    // output spilled 20-40 bytes there (ptxas sm_90a): they keep fp32_pair's 16 columns.
     const bool fp32_wide_pair = in.x_bytes == 4 && in.dout_bytes == 4 && in.arch == 90 && in.param_grads &&
-                                !(in.dbias && in.residual) && threads_for(8) == 2048 &&
+                                !(in.dbias && in.residual) && !in.dresidual_output && threads_for(8) == 2048 &&
                                 !in.forced_elems_per_thread;
     // 16-bit rows whose sums would stay in registers that take 32 columns a thread
     // with the dw (and db) sums in shared memory instead (the longer rows' plan

@@ -96,7 +96,9 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 // threads beyond), two CTAs per SM, no prefetch; LayerNorm's with dresidual_out
 // (which spilled so) one CTA per SM with the next row prefetched, up to N=65536;
 // 16-bit rows with dresidual_out at N=16385-32768, one vector a thread in a
-// cluster of eight 512-thread CTAs, two per SM. H200, M*N = 2^27, ratio to copy,
+// cluster of eight 512-thread CTAs, two per SM; RMSNorm's 16-bit rows with dw alone
+// from N=32768 at two vectors a thread (512-thread CTAs, two per SM, up to 16 CTAs;
+// 1024 threads at N=262144). H200, M*N = 2^27, ratio to copy,
 // own plan -> NORMKIT_BACKWARD_PLAN=cluster=... (two runs each in one call,
 // scripts/plan_cases/backward-clusters.txt, docs/perf/h200-2026-11-30h.md):
 //   RMSNorm fp32 N=32768 (cluster=8,cta=512,minb=2,prefetch=0) 0.651 -> 0.830, with
@@ -106,8 +108,13 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 //   SM): N=32768 0.615 -> 0.768, 65536 0.604 -> 0.694.
 //   bf16 with dresidual_out N=32768 (cluster=8,cta=512,minb=2,prefetch=0): RMSNorm
 //   0.606 -> 0.694, LayerNorm 0.575 -> 0.616.
-// They lost elsewhere: bf16 without dresidual_out at N=32768-131072 (RMSNorm 0.707 ->
-// 0.549 at N=32768 against the pair, 0.574 -> 0.495 at 65536; LayerNorm within 3 %),
+//   RMSNorm bf16 with dw alone, two vectors a thread, minb=2,prefetch=0
+//   (backward-clusters-2.txt): N=32768 (cluster=4; the pair of 32 columns) 0.697 ->
+//   0.720, 65536 (cluster=8) 0.560 -> 0.687, 131072 (cluster=16) 0.555 -> 0.663,
+//   262144 (cluster=16,cta=1024, one CTA per SM) 0.544 -> 0.595.
+// They lost elsewhere: bf16 without dresidual_out at one vector a thread (RMSNorm 0.707 ->
+// 0.549 at N=32768 against the pair, 0.574 -> 0.495 at 65536; LayerNorm within 3 %;
+// LayerNorm and rows with dresidual_out spilled 152-452 bytes at two vectors),
 // bf16 with it from N=65536 (RMSNorm 0.639 -> 0.617), and every bf16 row with the
 // next row prefetched (0.34-0.45). LayerNorm fp32 without dresidual_out was not
 // measured (its forward spilled in that call); it takes the RMSNorm rule, the A/B of
@@ -142,6 +149,18 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
     c.cluster = 8;
     c.threads = 512;
     c.min_blocks = 2;
+  } else if (in.x_bytes == 2 && !in.center && !in.residual && !in.dbias && tpr8 >= 4096) {
+    // Two vectors a thread, as the fp32 rows above hold.
+    const std::int64_t tpr16 = tpr8 / 2;
+    if (tpr16 / 512 <= 16) {
+      c.cluster = static_cast<int>(tpr16 / 512);
+      c.threads = 512;
+      c.min_blocks = 2;
+    } else if (tpr16 / 1024 <= 16) {
+      c.cluster = static_cast<int>(tpr16 / 1024);
+      c.threads = 1024;
+      c.min_blocks = 1;
+    }
   }
   // Every thread's vectors in the row (N a multiple of the cluster's columns): a
   // thread's partly empty last vectors spilled 20-36 bytes (N=20000, ptxas sm_90a).

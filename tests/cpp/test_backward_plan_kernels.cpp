@@ -47,7 +47,7 @@ TEST_F(RmsNormKernelSweep, Fp32LayerNormBackwardPairsCompileWithoutSpills) {
 // fp32 rows with dw whose 8 columns a thread take two 1024-thread CTAs (N in
 // 8193..16384): a cluster of two 1024-thread CTAs, 64 registers. RMSNorm with and
 // without dresidual_out, LayerNorm (dw and db) without it; weights of either
-// dtype, dresidual or not, N=10000's partly empty last items. sm_90a only: sm_100a
+// dtype, without a separate dresidual, N=10000's partly empty last items. sm_90a only: sm_100a
 // spilled some of them (16-72 bytes) and keeps 512 threads.
 TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
   int kernels = 0;
@@ -64,7 +64,9 @@ TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
             if (dro) b.dresidual_out = f32;
             if (dres) b.dresidual = f32;
             b.plan = plan_bwd(b, 8, arch_of(target));
-            if (center && dro) {  // spilled at 1024 threads: keeps fp32_db_pair's 512
+            // Spilled at 1024 threads (with dresidual since the pair reduces through
+            // row_sums_walk): keep the 512 threads of 16 columns.
+            if ((center && dro) || dres) {
               EXPECT_EQ(b.plan.tpr, 512) << b.plan.str();
               continue;
             }
@@ -78,7 +80,7 @@ TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
       }
     }
   }
-  EXPECT_EQ(kernels, 2 * 2 * 3 * 2);
+  EXPECT_EQ(kernels, 2 * 2 * 3);  // N x weight x (RMSNorm with and without dro, LayerNorm without)
 }
 
 // RMSNorm's 16-bit rows with dw alone: with dresidual_out at N in 4097..8192, 32
@@ -163,12 +165,12 @@ TEST_F(RmsNormKernelSweep, ThirtyTwoColumnBackwardRowsCompileWithoutSpills) {
 
 // Backward rows in registers over a cluster (plan_cluster_rows): fp32 rows with dw
 // (LayerNorm: and db) at N=32768-131072, 16-bit rows with dresidual_out at
-// N=32768, weights of either dtype, without spills on sm_90a (the only target they
-// are planned for). Not planned (they spilled): a separate dresidual output, and N
+// N=32768, RMSNorm's 16-bit rows with dw alone at N=32768-262144, weights of either
+// dtype, without spills on sm_90a (the only target they are planned for). Not planned (they spilled): a separate dresidual output, and N
 // that leaves a thread's last vectors partly empty (N=20000, 40000).
 TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
   int kernels = 0;
-  for (std::int64_t n : {20000, 32768, 40000, 65536, 131072}) {
+  for (std::int64_t n : {20000, 32768, 40000, 65536, 131072, 262144}) {
     for (DType x : {bf16, f32}) {
       for (DType w : {x, x == f32 ? bf16 : f32}) {
         for (const bool center : {false, true}) {
@@ -182,8 +184,9 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
               if (dres) b.dresidual = x;
               b.plan = plan_bwd(b, 8, 90);
               const bool whole = n % 32768 == 0;
-              const bool planned =
-                  whole && !dres && (x == f32 ? !(center && dro && n > 65536) : dro && n <= 32768);
+              const bool planned = whole && !dres &&
+                                   (x == f32 ? !(center && dro && n > 65536) && n < 262144
+                                             : dro ? n <= 32768 : !center);
               EXPECT_EQ(b.plan.cluster > 2 && b.plan.regs && !b.plan.stash && !b.plan.split, planned)
                   << n << " " << b.plan.str();
               if (!planned) continue;
@@ -195,6 +198,7 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
     }
   }
   // fp32: 3 N x 2 weights x 2 norms x 2 dro, less LayerNorm with dro at N=131072
-  // (2 weights); bf16: N=32768 with dro (2 weights x 2 norms).
-  EXPECT_EQ(kernels, 24 - 2 + 4);
+  // (2 weights); bf16: N=32768 with dro (2 weights x 2 norms), RMSNorm without it
+  // at N=32768-262144 (4 N x 2 weights).
+  EXPECT_EQ(kernels, 24 - 2 + 4 + 8);
 }

@@ -314,7 +314,8 @@ TEST(RmsNormPlan, Fp32BackwardRowsTakeTheMeasuredCtasOnSm90) {
   RmsBwdSpec bf16_dout = ln(16384, false);
   bf16_dout.dout = bf16;
   EXPECT_FALSE(plan_bwd(bf16_dout, 4, 90).regs) << plan_bwd(bf16_dout, 4, 90).str();  // the stash
-  EXPECT_FALSE(plan_bwd(ln(32768, false), 4, 90).regs) << plan_bwd(ln(32768, false), 4, 90).str();
+  // N=32768 takes a cluster of eight (plan_cluster_rows, the test below), not a pair.
+  EXPECT_EQ(plan_bwd(ln(32768, false), 4, 90).cluster, 8) << plan_bwd(ln(32768, false), 4, 90).str();
 }
 
 // Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
@@ -348,16 +349,20 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   EXPECT_TRUE(plan(4096, bf16, true, false, "sm_90a").regs);
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_90a").stash);
   // 16-bit rows with dw alone up to N=32768: a pair of 512-thread CTAs holding 32
-  // columns a thread and their dw sums in registers; not with db or dresidual_out.
+  // columns a thread and their dw sums in registers (sm_100; sm_90 takes a cluster
+  // of four at 16 columns, plan_cluster_rows); not with db; with dresidual_out a
+  // cluster of eight on sm_90, the stash beyond.
   for (const DType x : {bf16, f16}) {
-    const RowPlan pair = plan(32768, x, true, false, "sm_90a", 8, true);
+    EXPECT_EQ(plan(32768, x, true, false, "sm_90a", 8, true).cluster, 4);
+    const RowPlan pair = plan(32768, x, true, false, "sm_100a", 8, true);
     EXPECT_TRUE(pair.regs && pair.row_sums && !pair.stash && !pair.split) << pair.str();
     EXPECT_EQ(pair.cluster, 2) << pair.str();
     EXPECT_EQ(pair.tpr, 512) << pair.str();
     EXPECT_TRUE(plan(32768, x, true, true, "sm_90a", 8, true).stash);  // with db
     RmsBwdSpec res = plain_bwd_spec(32768, x);
     res.dresidual_out = x;
-    EXPECT_TRUE(plan_bwd(res, 8, 90).stash) << plan_bwd(res, 8, 90).str();
+    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 8) << plan_bwd(res, 8, 90).str();
+    EXPECT_TRUE(plan_bwd(res, 8, 100).stash) << plan_bwd(res, 8, 100).str();
   }
   for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
@@ -368,7 +373,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_LE(p.cluster, grads ? 2 : 4) << n << " " << p.str();
   }
   for (const auto& [n, x, grads, target] :
-       {std::tuple{131072L, bf16, false, "sm_90a"}, {262144L, bf16, true, "sm_90a"}, {32768L, f32, true, "sm_90a"},
+       {std::tuple{131072L, bf16, false, "sm_90a"}, {262144L, bf16, true, "sm_100a"}, {32768L, f32, true, "sm_100a"},
         {262144L, f32, false, "sm_90a"}, {262144L, bf16, true, "sm_80"}, {32768L, bf16, false, "sm_80"}}) {
     const RowPlan p = plan(n, x, true, false, target, 8, grads);
     EXPECT_TRUE(p.split) << n << " " << target << " " << p.str();
@@ -423,7 +428,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   rms_dro.dresidual_out = bf16;
   EXPECT_FALSE(plan_bwd(rms_dro, 8, 90).wait_dots);
   for (const auto& [n, x, dbias] :
-       {std::tuple{131072L, f32, false}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, false}}) {
+       {std::tuple{131072L, f32, true}, {65536L, f32, true}, {65539L, f32, true}, {32768L, f32, true}}) {
     const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
     EXPECT_TRUE(p.split && p.wait_dots && !p.synced) << n << " " << p.str();
     EXPECT_TRUE(fit_to_device(p, n, 132).wait_dots) << n;
@@ -549,7 +554,16 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     dres.dresidual = w.spec.x;
     EXPECT_FALSE(plan_bwd(dres, 8, 90).regs && plan_bwd(dres, 8, 90).cluster > 2) << plan_bwd(dres, 8, 90).str();
   }
-  for (const RmsBwdSpec& s : {spec(32768, bf16, false, false), spec(65536, bf16, false, true),
+  // RMSNorm's 16-bit rows with dw alone at two vectors a thread: clusters of 4-16
+  // 512-thread CTAs two per SM, 16 of 1024 threads at N=262144.
+  for (const auto& [n, cluster, threads] : {std::tuple{32768L, 4, 512}, {65536L, 8, 512}, {131072L, 16, 512},
+                                            {262144L, 16, 1024}}) {
+    const RowPlan p = plan_bwd(spec(n, bf16, false, false), 8, 90);
+    EXPECT_TRUE(p.regs && p.row_sums && !p.prefetch && p.cluster == cluster && p.threads() == threads &&
+                p.min_blocks == 1024 / threads)
+        << n << " " << p.str();
+  }
+  for (const RmsBwdSpec& s : {spec(32768, bf16, true, false), spec(65536, bf16, false, true),
                               spec(131072, f32, true, true), spec(262144, f32, false, false)}) {
     const RowPlan p = plan_bwd(s, 8, 90);
     EXPECT_FALSE(p.regs && p.cluster > 2) << s.n << " " << p.str();

@@ -152,8 +152,8 @@ __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row
 
 
 // row_sums for kernels that walk rows, `step` counting the calls (0, 1, 2, ...; the
-// same in every CTA of the cluster, which walk the same rows). The warps' partials
-// alternate between two slots, so no barrier ends the call. Over a cluster, each
+// same in every CTA of the cluster, which walk the same rows). Over a cluster, the
+// warps' partials alternate between two slots, so no barrier ends the call, and each
 // CTA's partial of row `sub` is pushed into pushed[step % 2][sub][rank] of every
 // CTA (st.async, its 4 * K bytes counted on that CTA's arrived[step % 2]), and the
 // CTA sums the slots in rank order once its mbarrier has seen them all: the same
@@ -166,6 +166,13 @@ __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row
 template <int ROWS, int TPR, int CLUSTER, int K>
 __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_in_row,
                                               RowReduceStorage<ROWS, TPR, CLUSTER, K>& s, unsigned step) {
+  if constexpr (CLUSTER == 1) {
+    // One CTA a row: row_sums, whose barrier after the warps' partials measured no
+    // slower than alternating two slots without it (which lost 1.5-3 % for bf16
+    // rows of N=2048-16384 on H200, A/B eb7894f -> 44a522f).
+    row_sums<ROWS, TPR, 1>(v, sub, lane_in_row, s);
+    return;
+  }
   constexpr int WIDTH = TPR < 32 ? TPR : 32;
   static_assert(CLUSTER == 1 || TPR > 32, "the cluster step relies on the warps' CTA barrier");
   const int slot = static_cast<int>(step & 1u);
