@@ -8,11 +8,14 @@
 //    dw/db summed in registers; kernel time below eager's where profiled
 //    (scripts/profile_rmsnorm.py), the end-to-end time host-bound.
 //  - Backward, rows too long for one CTA's registers: register-resident rows in
-//    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8). Such rows keep
-//    their slices in shared memory instead (the stash), and rows beyond what a
-//    2-CTA stash holds (4 without dw/db) are split into column chunks (both in
+//    clusters lost to eager beyond 2 CTAs (0.58-0.59x at 4-8) while each row's
+//    reduction took two cluster barriers. Such rows kept their slices in shared
+//    memory instead (the stash), and rows beyond what a 2-CTA stash holds (4
+//    without dw/db) are split into column chunks (both in
 //    rmsnorm_heuristics_bwd.cpp): 1.31-1.81x eager with dw/db, 1.33-1.61x without
-//    (50f6905, M*N = 2^28, N = 131072 and 262144).
+//    (50f6905, M*N = 2^28, N = 131072 and 262144). Since the clusters reduce through
+//    row_sums_walk's pushes (reduce.cuh), fp32 rows from N=32768 and some 16-bit
+//    ones take register rows over clusters of 4-16 CTAs again (plan_cluster_rows).
 //  - Forward RMSNorm rows of 16-bit x and weight over a cluster of 1024-thread CTAs:
 //    the weight copied into shared memory with the row (RowPlan::params_smem), so
 //    that the epilogue is not ITEMS L2 round trips (954acb4, 2026-11-30).
@@ -319,9 +322,10 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   if (tpr > tpr_max) {
     if (in.backward) {
       // Register-resident rows in clusters (one 512-thread CTA per SM, waiting on
-      // every row's cluster-wide reduction) lost to eager beyond 2 CTAs on H200
-      // (fp32 N=32768: 0.58x, bf16 N=131072: 0.59x at 4-8 CTAs): such rows take
-      // the stash or, longer still, the split kernels.
+      // two cluster barriers a row) lost to eager beyond 2 CTAs on H200 (fp32
+      // N=32768: 0.58x, bf16 N=131072: 0.59x at 4-8 CTAs): rows that
+      // plan_cluster_rows (above) does not take take the stash or, longer still,
+      // the split kernels.
       if (!plan_stash(in, p)) plan_split(in, p);
     } else {
       const std::int64_t cluster = next_pow2((tpr + tpr_max - 1) / tpr_max);
@@ -362,7 +366,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
   // 0.70 -> 0.76, N=8192 0.63 -> 0.70. Shorter rows (several per CTA) lost with it
   // (N=1024 0.80 -> 0.76: 125 registers, fewer CTAs per SM), and so did
   // register-resident clusters of 2-8 CTAs with it (bf16 N=32768 0.27x, fp32
-  // N=16384 0.31x: every row waits on a cluster-wide barrier). fp32 rows measured
+  // N=16384 0.31x: every row waits on a cluster-wide barrier; with row_sums_walk's
+  // pushes bf16 rows still ran at 0.34-0.53x with it, one CTA per SM, and only
+  // LayerNorm's fp32 rows with dresidual_out take it: plan_cluster_rows). fp32 rows measured
   // 0.90-0.95x without it, and rows without dw/db sums (the column pass follows)
   // 0.49x with it against 0.53x (bf16 N=16384). Scalar rows spilled with it.
   if (in.backward && p.regs && p.row_sums && !p.smem_sums && !in.forced_no_prefetch &&

@@ -116,9 +116,10 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 // 0.549 at N=32768 against the pair, 0.574 -> 0.495 at 65536; LayerNorm within 3 %;
 // LayerNorm and rows with dresidual_out spilled 152-452 bytes at two vectors),
 // bf16 with it from N=65536 (RMSNorm 0.639 -> 0.617), and every bf16 row with the
-// next row prefetched (0.34-0.45). LayerNorm fp32 without dresidual_out was not
-// measured (its forward spilled in that call); it takes the RMSNorm rule, the A/B of
-// that commit has its numbers. Not measured, so not planned: sm_80/sm_100, RMSNorm
+// next row prefetched (0.34-0.53). LayerNorm fp32 without dresidual_out (its forward
+// spilled in that call) takes the RMSNorm rule, measured by the A/B eb7894f ->
+// 44a522f (two runs each): N=32768 0.580 -> 0.753, 65536 0.563 -> 0.741, 131072
+// 0.545 -> 0.595. Not measured, so not planned: sm_80/sm_100, RMSNorm
 // with db, mixed dtypes of x and dout, calls of few rows, N=262144 (fp32 rows
 // spilled at 16 columns a thread in 16 CTAs of 1024 threads). With a separate
 // dresidual output ptxas spilled 20 bytes (fp32 N=32768, sm_90a): not planned.

@@ -21,6 +21,11 @@
 // read h and dout a second time (10 bytes per element moved instead of 6; bf16
 // N=16384 with dw ran at 0.53-0.59x copy that way), shared memory has the room
 // (4 bytes per column and sum, 64 KB at N=16384) and ~8x the bandwidth needed.
+// Rows beyond one CTA's registers may instead stay in registers over a cluster
+// of CTAs that walk rows together (fp32 rows from N=32768, some 16-bit ones: the
+// host's plan_cluster_rows): each row's sums reach every CTA through
+// row_sums_walk's st.async pushes and mbarrier waits (reduce.cuh), without a
+// cluster barrier, whose release made every row wait for the loads in flight.
 // Rows too long even for registers (REGS false) are split over a
 // cluster whose CTAs keep their slice of h and dout in shared memory (STASH):
 // HBM is still read once, and the slice is small enough for three CTAs per SM,
