@@ -70,8 +70,15 @@ struct RowReduceStorage {
   // CTA; one set per reduction of the kernel (LayerNorm's forward has two), and
   // two such pairs for kernels that walk rows and alternate between them.
   float cta_partials[4][ROWS][CLUSTER][K];
-  // row_sums_walk: step s's partials of the cluster's CTAs arrive in pushed[s % 2]
-  // (CTA c's at [c]), counted on arrived[s % 2].
+};
+
+// row_sums_walk's cluster step: step s's partials of the cluster's CTAs arrive in
+// pushed[s % 2] (CTA c's at [c]), counted on arrived[s % 2]. Apart from
+// RowReduceStorage, whose 4-byte alignment the kernels of one CTA a row keep (with
+// the mbarriers inside it, its 8-byte alignment let the compiler pair the warps'
+// partial reads, and the cp.async-ring kernels changed).
+template <int ROWS, int CLUSTER, int K>
+struct ClusterPushes {
   float pushed[2][ROWS][CLUSTER][K];
   unsigned long long arrived[2];
 };
@@ -79,13 +86,13 @@ struct RowReduceStorage {
 // Kernels that call row_sums_walk with CLUSTER > 1 call this first, with every
 // thread of every CTA of the cluster (it has a cluster barrier): no CTA pushes
 // into an mbarrier before its owner has initialized it.
-template <int ROWS, int TPR, int CLUSTER, int K>
-__device__ __forceinline__ void row_sums_walk_init(RowReduceStorage<ROWS, TPR, CLUSTER, K>& s) {
+template <int ROWS, int CLUSTER, int K>
+__device__ __forceinline__ void row_sums_walk_init(ClusterPushes<ROWS, CLUSTER, K>& pushes) {
   if constexpr (CLUSTER > 1) {
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int d = 0; d < 2; ++d)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&s.arrived[d])) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&pushes.arrived[d])) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cluster_sync();
@@ -99,6 +106,25 @@ __device__ __forceinline__ void row_sums_walk_exit() {
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
+// The warps' partials of row `sub` (TPR > 32 threads) added in warp order through
+// warp_partial[slot]; every thread of the row gets the sums. Has a CTA barrier.
+template <int ROWS, int TPR, int CLUSTER, int K>
+__device__ __forceinline__ void warp_partials_sum(float (&v)[K], int sub, int lane_in_row,
+                                                  RowReduceStorage<ROWS, TPR, CLUSTER, K>& s, int slot) {
+  constexpr int WARPS = TPR / 32;
+  if ((lane_in_row & 31) == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) s.warp_partial[slot][sub][lane_in_row / 32][k] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    v[k] = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) v[k] += s.warp_partial[slot][sub][w][k];
+  }
+}
+
 // Sums of v[0..K) over the TPR threads of row `sub` (and over the cluster's CTAs),
 // each in the order a single sum would take: K sums cost one set of barriers.
 //
@@ -110,7 +136,7 @@ __device__ __forceinline__ void row_sums_walk_exit() {
 // it no CTA reads or writes that slot set remotely again, so any CTA may go on or
 // exit. Kernels that reduce again in one slot (walking rows) must not use it,
 // since a fast CTA's next push could overwrite a value a slower one has not read
-// yet; they pull, with a second barrier.
+// yet; over a cluster they take row_sums_walk.
 template <int ROWS, int TPR, int CLUSTER, bool ONCE = false, int SLOT = 0, int K>
 __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row,
                                          RowReduceStorage<ROWS, TPR, CLUSTER, K>& s) {
@@ -119,20 +145,7 @@ __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row
   static_assert(ONCE || CLUSTER == 1, "kernels that walk rows over a cluster reduce with row_sums_walk");
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = group_sum<WIDTH>(v[k]);
-  if constexpr (TPR > 32) {
-    constexpr int WARPS = TPR / 32;
-    if ((lane_in_row & 31) == 0) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) s.warp_partial[SLOT][sub][lane_in_row / 32][k] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      v[k] = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) v[k] += s.warp_partial[SLOT][sub][w][k];
-    }
-  }
+  if constexpr (TPR > 32) warp_partials_sum(v, sub, lane_in_row, s, SLOT);
   if constexpr (CLUSTER > 1 && ONCE) {
     if (lane_in_row < CLUSTER) {
 #pragma unroll
@@ -165,36 +178,22 @@ __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row
 // any thread arrives on it for step s + 2.
 template <int ROWS, int TPR, int CLUSTER, int K>
 __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_in_row,
-                                              RowReduceStorage<ROWS, TPR, CLUSTER, K>& s, unsigned step) {
+                                              RowReduceStorage<ROWS, TPR, CLUSTER, K>& s,
+                                              ClusterPushes<ROWS, CLUSTER, K>& pushes, unsigned step) {
   if constexpr (CLUSTER == 1) {
-    // One CTA a row: row_sums, whose barrier after the warps' partials measured no
-    // slower than alternating two slots without it (which lost 1.5-3 % for bf16
-    // rows of N=2048-16384 on H200, A/B eb7894f -> 44a522f).
+    // One CTA a row: row_sums as before. Alternating two slots without its last
+    // barrier lost 1.5-3 % for bf16 rows of N=2048-16384 on H200 (A/B eb7894f ->
+    // 44a522f), measured together with the 8-byte-aligned storage (ClusterPushes'
+    // comment), so which of the two cost it is not known.
     row_sums<ROWS, TPR, 1>(v, sub, lane_in_row, s);
-    return;
-  }
-  constexpr int WIDTH = TPR < 32 ? TPR : 32;
-  static_assert(CLUSTER == 1 || TPR > 32, "the cluster step relies on the warps' CTA barrier");
-  const int slot = static_cast<int>(step & 1u);
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = group_sum<WIDTH>(v[k]);
-  if constexpr (TPR > 32) {
-    constexpr int WARPS = TPR / 32;
-    if ((lane_in_row & 31) == 0) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) s.warp_partial[slot][sub][lane_in_row / 32][k] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      v[k] = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) v[k] += s.warp_partial[slot][sub][w][k];
-    }
-  }
-  if constexpr (CLUSTER > 1) {
+  } else {
+    static_assert(TPR > 32, "the cluster step relies on the warps' CTA barrier");
     static_assert(K == 1 || K == 2, "one or two sums a push");
-    unsigned long long* arrived = &s.arrived[slot];
+    const int slot = static_cast<int>(step & 1u);
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = group_sum<32>(v[k]);
+    warp_partials_sum(v, sub, lane_in_row, s, slot);
+    unsigned long long* arrived = &pushes.arrived[slot];
     if (threadIdx.x == 0) {
       constexpr unsigned kBytes = ROWS * CLUSTER * K * 4;
       asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;"
@@ -202,7 +201,7 @@ __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_i
     }
     if (lane_in_row < CLUSTER) {
       const unsigned to = static_cast<unsigned>(lane_in_row);
-      const unsigned dst = cluster_address(&s.pushed[slot][sub][cluster_rank()][0], to);
+      const unsigned dst = cluster_address(&pushes.pushed[slot][sub][cluster_rank()][0], to);
       const unsigned bar = cluster_address(arrived, to);
       if constexpr (K == 1) {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
@@ -224,7 +223,7 @@ __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_i
     for (int k = 0; k < K; ++k) {
       v[k] = 0.f;
 #pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) v[k] += s.pushed[slot][sub][r][k];
+      for (int r = 0; r < CLUSTER; ++r) v[k] += pushes.pushed[slot][sub][r][k];
     }
   }
 }

@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   constexpr int ACC = Cfg::REGS ? Cfg::ITEMS : 1;
   constexpr int SUMS = (DW || SUM_DB) && !SMEM_SUMS ? ACC : 1;
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, CENTER ? 2 : 1> reduce_storage;
+  __shared__ ClusterPushes<Cfg::ROWS, Cfg::CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
   __shared__ BwdCombineStorage<Cfg> combine;
   extern __shared__ __align__(16) unsigned char stash_memory[];
   using Stash = RowStash<Cfg, X, DY>;
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
-  row_sums_walk_init(reduce_storage);
+  row_sums_walk_init(cluster_pushes);
   unsigned step = 0;  // row_sums_walk's count of this CTA's reductions
   const long long heads = p.shape.heads;
   const long long head = blockIdx.y;
@@ -382,7 +383,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     float sums[CENTER ? 2 : 1];
     sums[0] = dot.gx;
     if constexpr (CENTER) sums[CENTER ? 1 : 0] = dot.g;
-    row_sums_walk(sums, t.sub, t.lane, reduce_storage, step++);
+    row_sums_walk(sums, t.sub, t.lane, reduce_storage, cluster_pushes, step++);
     RowDots means;
     means.gx_mean = sums[0] / static_cast<float>(Cfg::N);
     means.g_mean = CENTER ? sums[CENTER ? 1 : 0] / static_cast<float>(Cfg::N) : 0.f;
