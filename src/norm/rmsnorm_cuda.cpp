@@ -69,6 +69,18 @@ void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* f
                   std::string(op) + ": data is not 16-byte aligned (pointer or row stride); using scalar loads");
 }
 
+// Clusters (CTAs, without a cluster) of a plan's row kernel the device holds at
+// once with `shared_bytes` of dynamic shared memory a CTA: the most its persistent
+// grid launches (a cluster beyond them would start only as others finish).
+std::int64_t resident_groups(rt::Runtime& runtime, const rt::LoadedKernel& kernel, const RowPlan& plan,
+                             int shared_bytes) {
+  rt::LaunchConfig probe;
+  probe.block.x = static_cast<unsigned>(plan.threads());
+  probe.shared_bytes = static_cast<unsigned>(shared_bytes);
+  if (plan.cluster > 1) probe.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
+  return std::max<std::int64_t>(1, runtime.max_resident_ctas(kernel, probe) / plan.cluster);
+}
+
 }  // namespace
 
 namespace {
@@ -128,14 +140,9 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
-    if (spec.plan.prefetch) {
-      rt::LaunchConfig probe;
-      probe.block.x = static_cast<unsigned>(spec.plan.threads());
-      if (spec.plan.params_smem) probe.shared_bytes = static_cast<unsigned>(spec.plan.smem_bytes);
-      if (spec.plan.cluster > 1) probe.cluster = {static_cast<unsigned>(spec.plan.cluster), 1, 1};
-      found->resident_groups = std::max<std::int64_t>(
-          1, runtime.max_resident_ctas(found->kernel, probe) / spec.plan.cluster);
-    }
+    if (spec.plan.prefetch)
+      found->resident_groups =
+          resident_groups(runtime, found->kernel, spec.plan, spec.plan.params_smem ? spec.plan.smem_bytes : 0);
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
@@ -245,13 +252,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
                spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr);
       const RmsBwdSources sources = bwd_sources(spec);
       k.rows = runtime.get(sources.rows, device, a.stream);
-      if (spec.plan.cluster > 1 && !spec.plan.split) {
-        rt::LaunchConfig probe;
-        probe.block.x = static_cast<unsigned>(spec.plan.threads());
-        probe.shared_bytes = static_cast<unsigned>(spec.plan.smem_bytes);
-        probe.cluster = {static_cast<unsigned>(spec.plan.cluster), 1, 1};
-        k.resident_clusters = std::max<std::int64_t>(1, runtime.max_resident_ctas(k.rows, probe) / spec.plan.cluster);
-      }
+      if (spec.plan.cluster > 1 && !spec.plan.split)
+        k.resident_clusters = resident_groups(runtime, k.rows, spec.plan, spec.plan.smem_bytes);
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
       if (sources.columns) k.columns = runtime.get(*sources.columns, device, a.stream);
       if (sources.param_reduce) k.param_reduce = runtime.get(*sources.param_reduce, device, a.stream);

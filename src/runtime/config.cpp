@@ -29,6 +29,7 @@ bool env_switch(const char* name, bool fallback) {
 
 PlanOverride parse_plan_override(const char* variable, const std::string& text) {
   PlanOverride o;
+  const bool backward = std::string(variable) != "NORMKIT_FORWARD_PLAN";  // cluster= is the backward's alone
   std::stringstream fields(text);
   std::string field;
   while (std::getline(fields, field, ',')) {
@@ -59,12 +60,11 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "prefetch") {
       NK_CHECK(v == 0 || v == 1, variable, ": prefetch='", value, "' is not 0 or 1");
       o.no_prefetch = v == 0;
-    } else if (key == "cluster" && std::string(variable) != "NORMKIT_FORWARD_PLAN") {
+    } else if (key == "cluster" && backward) {
       NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
       o.cluster = static_cast<int>(v);
     } else {
-      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               std::string(variable) != "NORMKIT_FORWARD_PLAN" ? ", cluster)" : ")");
+      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch", backward ? ", cluster)" : ")");
     }
   }
   return o;
