@@ -315,8 +315,9 @@ RowPlan plan_rows(const RowPlanInputs& in) {
     p.cluster = cluster_rows.cluster;
     p.regs = true;
     p.row_sums = true;
-    p.smem_sums = false;
-    p.smem_bytes = 0;
+    p.smem_sums = cluster_rows.smem_sums;
+    // One fp32 sum per column of the CTA's slice, per sum (dw, and db).
+    p.smem_bytes = p.smem_sums ? static_cast<int>((in.dbias ? 2 : 1) * ((nv + p.cluster - 1) / p.cluster) * p.vec * 4) : 0;
     tpr = tpr_max = cluster_rows.threads;
   }
   if (tpr > tpr_max) {

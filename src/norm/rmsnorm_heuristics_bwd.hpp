@@ -58,6 +58,7 @@ struct ClusterRows {
   int threads = 0;     // per CTA
   int min_blocks = 0;  // CTAs per SM (0: the register estimate's, or a forced minb=)
   bool prefetch = false;
+  bool smem_sums = false;  // dw/db sums in shared memory (RowPlan::smem_sums), the CTA's columns
 };
 // vec: the plan's vector width; tpr8: threads a row takes at 8 columns a thread in one CTA.
 ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr8);

@@ -63,10 +63,14 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "cluster" && backward) {
       NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
       o.cluster = static_cast<int>(v);
+    } else if (key == "sums" && backward) {
+      NK_CHECK(value == "smem" || value == "regs", variable, ": sums='", value, "' is not smem or regs");
+      o.smem_sums = value == "smem";
     } else {
-      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch", backward ? ", cluster)" : ")");
+      NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch", backward ? ", cluster, sums)" : ")");
     }
   }
+  NK_CHECK(!o.smem_sums || o.cluster, variable, ": sums=smem applies to cluster= rows; give cluster= too");
   return o;
 }
 

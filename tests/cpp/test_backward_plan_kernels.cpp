@@ -202,3 +202,38 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
   // at N=32768-262144 (4 N x 2 weights).
   EXPECT_EQ(kernels, 24 - 2 + 4 + 8);
 }
+
+// NORMKIT_BACKWARD_PLAN's sums=smem: cluster rows with their dw/db sums in shared
+// memory (one fp32 per column of the CTA's slice), which let 16-bit LayerNorm rows
+// hold two vectors a thread (in registers they spilled 284-452 bytes). The forced
+// plans of scripts/plan_cases/backward-cluster-smem-sums.txt, without spills on
+// sm_90a.
+TEST_F(RmsNormKernelSweep, ForcedClusterRowsWithSharedMemorySumsCompileWithoutSpills) {
+  struct Case {
+    std::int64_t n;
+    DType x;
+    int cluster, cta, minb;
+    bool center, dro;
+  };
+  int kernels = 0;
+  for (const Case& c : {Case{32768, bf16, 4, 512, 2, true, false}, Case{65536, bf16, 8, 512, 2, true, false},
+                        Case{131072, bf16, 16, 512, 2, true, false}, Case{262144, bf16, 16, 1024, 1, true, false},
+                        Case{65536, bf16, 8, 512, 2, false, true}, Case{262144, bf16, 16, 1024, 1, false, true},
+                        Case{131072, f32, 16, 1024, 1, true, true}, Case{131072, f32, 16, 1024, 1, false, false}}) {
+    RmsBwdSpec b = plain_bwd_spec(c.n, c.x);
+    b.center = c.center;
+    if (c.center) b.dbias = c.x;
+    if (c.dro) b.dresidual_out = c.x;
+    b.plan_override.cluster = c.cluster;
+    b.plan_override.cta_threads = c.cta;
+    b.plan_override.min_blocks = c.minb;
+    b.plan_override.no_prefetch = true;
+    b.plan_override.smem_sums = true;
+    b.plan = plan_bwd(b, 8, 90);
+    EXPECT_TRUE(b.plan.regs && b.plan.smem_sums && !b.plan.prefetch && b.plan.cluster == c.cluster) << b.plan.str();
+    // One fp32 sum per column of the CTA's slice, per sum.
+    EXPECT_EQ(b.plan.smem_bytes, (c.center ? 2 : 1) * c.n / c.cluster * 4) << b.plan.str();
+    kernels += expect_bwd_clean(b, "sm_90a");
+  }
+  EXPECT_EQ(kernels, 8);
+}

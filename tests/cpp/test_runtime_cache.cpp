@@ -127,11 +127,14 @@ TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
                                     "tpr=512", "ept", "ept=6x", "cta=-512", "cluster=1", "cluster=12", "cluster=32"});
     // cluster= (register rows over a cluster) is the backward's only.
     if (forward) {
-      expect_each_rejected(variable, {"cluster=8"});
+      expect_each_rejected(variable, {"cluster=8", "sums=smem"});
     } else {
       setenv(variable, "cluster=16,cta=1024", 1);
       EXPECT_EQ(parsed().cluster, 16);
       EXPECT_TRUE(parsed().any());
+      setenv(variable, "cluster=8,sums=smem", 1);
+      EXPECT_TRUE(parsed().smem_sums);
+      expect_each_rejected(variable, {"sums=smem", "cluster=8,sums=shared"});
     }
     unsetenv(variable);
   }

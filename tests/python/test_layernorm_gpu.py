@@ -432,13 +432,15 @@ def test_backward_plan_override(override, op, xdt, m, n):
 # counts that leave the persistent clusters different numbers of rows. Each compiled
 # without spills for sm_90a (ptxas, 2026-11-30). "" is the plans' own: fp32 rows at
 # N=32768 and RMSNorm's bf16 rows at N=65536 take such clusters by default on sm_90
-# (plan_cluster_rows).
+# (plan_cluster_rows). sums=smem: the dw/db sums in shared memory.
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("override,xdt,m,n", [
     ("cluster=8,cta=512", BF16, 259, 32768), ("cluster=8,cta=512", FP32, 259, 32768),
     ("cluster=8,cta=512,minb=2,prefetch=0", BF16, 259, 32768),
     ("cluster=16,cta=512", BF16, 131, 65536), ("cluster=16,cta=512,minb=2,prefetch=0", FP32, 131, 65536),
-    ("cluster=16,cta=1024,prefetch=0", BF16, 67, 131072), ("", FP32, 259, 32768), ("", BF16, 131, 65536)])
+    ("cluster=16,cta=1024,prefetch=0", BF16, 67, 131072), ("", FP32, 259, 32768), ("", BF16, 131, 65536),
+    ("cluster=8,cta=512,minb=2,prefetch=0,sums=smem", BF16, 131, 65536),
+    ("cluster=16,cta=1024,prefetch=0,sums=smem", FP32, 67, 131072)])
 def test_backward_rows_over_a_cluster(override, op, xdt, m, n):
     x = rand((m, n), xdt).requires_grad_()
     w = rand((n,), xdt).requires_grad_()

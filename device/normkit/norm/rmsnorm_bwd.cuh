@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
   static_assert(Cfg::REGS || STASH, "rows beyond registers and the stash take rmsnorm_bwd_split.cuh");
   static_assert(!PREFETCH || Cfg::REGS, "the pipeline keeps rows in registers");
-  static_assert(!SMEM_SUMS || (Cfg::REGS && ROW_SUMS && !PREFETCH && Cfg::ROWS == 1 && Cfg::CLUSTER == 1),
-                "shared-memory sums: one register-resident row per CTA at a time, no cluster");
+  static_assert(!SMEM_SUMS || (Cfg::REGS && ROW_SUMS && !PREFETCH && Cfg::ROWS == 1),
+                "shared-memory sums: one register-resident row per CTA at a time");
   static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::CLUSTER == 1 &&
                            sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
                 "the cp.async ring: no cluster, 16-byte vectors of h and dout");
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   extern __shared__ __align__(16) unsigned char stash_memory[];
   using Stash = RowStash<Cfg, X, DY>;
   const Stash stash = Stash::make(stash_memory);
-  using ColumnSums = SharedColumnSums<VEC, Cfg::NV>;
+  using ColumnSums = SharedColumnSums<VEC, Cfg::SLICE_V>;  // the CTA's columns (its slice of a cluster's row)
   const ColumnSums dw_smem{reinterpret_cast<float*>(stash_memory)};
   const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
