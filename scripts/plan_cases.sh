@@ -25,7 +25,9 @@ echo "build done at ${SECONDS}s"
 : >"$OUT/plan_cases.jsonl"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   while IFS=';' read -r label override flags; do
-    label=$(echo "$label" | xargs); override=$(echo "${override:-}" | xargs)
+    # Trim without xargs, which stops at the apostrophes of comment lines.
+    trim() { local v=$1; v=${v#"${v%%[![:space:]]*}"}; echo "${v%"${v##*[![:space:]]}"}"; }
+    label=$(trim "$label"); override=$(trim "${override:-}")
     [ -z "$label" ] || [ "${label:0:1}" = "#" ] && continue
     [ "$override" = "-" ] && override=""
     fwd_plan=$override bwd_plan=""

@@ -77,8 +77,9 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
   return 1;
 }
 
-RowPlan plan_rows(const RowPlanInputs& in) {
-  NK_CHECK(in.n >= 1, "plan_rows: n must be >= 1");
+RowPlan plan_rows(const RowPlanInputs& given) {
+  NK_CHECK(given.n >= 1, "plan_rows: n must be >= 1");
+  const RowPlanInputs in = with_plain16_rows(given);
   RowPlan p;
   // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
   // (c) keeps the row input's access at <= 16 bytes (the widest LDG).

@@ -91,38 +91,48 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 // Register rows over a cluster, the CTAs' row sums pushed to each other with
 // st.async and awaited on an mbarrier (row_sums_walk), not two cluster barriers a
 // row, where they measured faster than the plans below them (the fp32 pair, the
-// stash, the split kernels): fp32 rows with dw (LayerNorm: and db) beyond
-// N=16384, 8 columns a thread in 512-thread CTAs up to a 16-CTA cluster (1024
-// threads beyond), two CTAs per SM, no prefetch; LayerNorm's with dresidual_out
-// (which spilled so) one CTA per SM with the next row prefetched, up to N=65536;
-// 16-bit rows with dresidual_out at N=16385-32768, one vector a thread in a
-// cluster of eight 512-thread CTAs, two per SM; RMSNorm's 16-bit rows with dw alone
-// from N=32768 at two vectors a thread (512-thread CTAs, two per SM, up to 16 CTAs;
-// 1024 threads at N=262144). H200, M*N = 2^27, ratio to copy,
-// own plan -> NORMKIT_BACKWARD_PLAN=cluster=... (two runs each in one call,
-// scripts/plan_cases/backward-clusters.txt, docs/perf/h200-2026-11-30h.md):
+// stash, the split kernels). 512-thread CTAs, two per SM, up to a 16-CTA cluster
+// (1024-thread CTAs, one per SM, beyond), no prefetch:
+// - fp32 rows with dw (LayerNorm: and db) beyond N=16384 at 8 columns a thread, the
+//   sums in registers; LayerNorm's with dresidual_out, and at 1024 threads all of
+//   LayerNorm's, with the sums in shared memory (sums=smem: one fp32 per column of
+//   the CTA's slice, per sum);
+// - 16-bit rows from N=32768 at two vectors a thread, the sums in shared memory:
+//   RMSNorm with and without dresidual_out, LayerNorm without it up to N=131072;
+// - LayerNorm's 16-bit rows with dresidual_out at N=16385-32768: one vector a thread,
+//   the sums in registers, a cluster of eight.
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=cluster=...,
+// two runs each in one call (docs/perf/h200-2026-11-30h.md and -2026-11-30.md):
 //   RMSNorm fp32 N=32768 (cluster=8,cta=512,minb=2,prefetch=0) 0.651 -> 0.830, with
 //   dresidual_out 0.667 -> 0.885; N=65536 (cluster=16) 0.621 -> 0.780, 0.643 ->
 //   0.820; N=131072 (cluster=16,cta=1024) 0.594 -> 0.678, 0.631 -> 0.777.
-//   LayerNorm fp32 with dresidual_out (cluster=8/16,cta=512, prefetch, one CTA per
-//   SM): N=32768 0.615 -> 0.768, 65536 0.604 -> 0.694.
-//   bf16 with dresidual_out N=32768 (cluster=8,cta=512,minb=2,prefetch=0): RMSNorm
-//   0.606 -> 0.694, LayerNorm 0.575 -> 0.616.
-//   RMSNorm bf16 with dw alone, two vectors a thread, minb=2,prefetch=0
-//   (backward-clusters-2.txt): N=32768 (cluster=4; the pair of 32 columns) 0.697 ->
-//   0.720, 65536 (cluster=8) 0.560 -> 0.687, 131072 (cluster=16) 0.555 -> 0.663,
-//   262144 (cluster=16,cta=1024, one CTA per SM) 0.544 -> 0.595.
-// They lost elsewhere: bf16 without dresidual_out at one vector a thread (RMSNorm 0.707 ->
-// 0.549 at N=32768 against the pair, 0.574 -> 0.495 at 65536; LayerNorm within 3 %;
-// LayerNorm and rows with dresidual_out spilled 152-452 bytes at two vectors),
-// bf16 with it from N=65536 (RMSNorm 0.639 -> 0.617), and every bf16 row with the
-// next row prefetched (0.34-0.53). LayerNorm fp32 without dresidual_out (its forward
-// spilled in that call) takes the RMSNorm rule, measured by the A/B eb7894f ->
-// 44a522f (two runs each): N=32768 0.580 -> 0.753, 65536 0.563 -> 0.741, 131072
-// 0.545 -> 0.595. Not measured, so not planned: sm_80/sm_100, RMSNorm
-// with db, mixed dtypes of x and dout, calls of few rows, N=262144 (fp32 rows
-// spilled at 16 columns a thread in 16 CTAs of 1024 threads). With a separate
-// dresidual output ptxas spilled 20 bytes (fp32 N=32768, sm_90a): not planned.
+//   LayerNorm fp32 without dresidual_out (the RMSNorm rule; A/B eb7894f -> 44a522f):
+//   N=32768 0.580 -> 0.753, 65536 0.563 -> 0.741, 131072 0.545 -> 0.595.
+//   LayerNorm fp32 with sums=smem (backward-cluster-smem-sums-2.txt, at 201f760,
+//   against the sums in registers, with dresidual_out one CTA per SM and the next row
+//   prefetched): with dresidual_out N=32768 0.757 -> 0.818, 65536 0.686 -> 0.782,
+//   131072 (no cluster plan before) 0.598 -> 0.639; without N=131072 0.594 -> 0.607
+//   (N=32768 and 65536 within 1 %, RMSNorm fp32 too: not planned).
+//   16-bit rows, two vectors a thread, sums=smem (backward-cluster-smem-sums.txt, at
+//   201f760): RMSNorm bf16 with dresidual_out N=32768 (cluster=4) 0.680 -> 0.883,
+//   65536 (cluster=8) 0.637 -> 0.853, 131072 (cluster=16) 0.632 -> 0.836, 262144
+//   (cluster=16,cta=1024) 0.628 -> 0.740; with dw alone against the same rows with
+//   the sums in registers 0.723 -> 0.741, 0.704 -> 0.720, 0.682 -> 0.688, 0.590 ->
+//   0.600 (those had measured, against the pair, the stash and the split rows, 0.697
+//   -> 0.720, 0.560 -> 0.687, 0.555 -> 0.663, 0.544 -> 0.595); LayerNorm bf16 N=32768
+//   0.486 -> 0.636, 65536 0.511 -> 0.611, 131072 0.520 -> 0.563, 262144 0.480 -> 0.476
+//   (not planned).
+//   LayerNorm bf16 with dresidual_out N=32768 (cluster=8, sums in registers): 0.575
+//   -> 0.616.
+// They lost elsewhere: 16-bit rows at one vector a thread with sums=smem (RMSNorm
+// 0.741 -> 0.542 at N=32768, LayerNorm 0.636 -> 0.488) and with the sums in registers
+// (0.707 -> 0.549), and every 16-bit row with the next row prefetched (0.34-0.53).
+// LayerNorm's 16-bit rows with dresidual_out spilled 12-32 bytes at two vectors a
+// thread with the sums in shared memory (152-452 with them in registers). Not
+// measured, so not planned: sm_80/sm_100, RMSNorm with db, mixed dtypes of x and
+// dout, calls of few rows, fp32 N=262144 (spilled at 16 columns a thread in 16 CTAs
+// of 1024 threads). With a separate dresidual output ptxas spilled 20 bytes (fp32
+// N=32768, sm_90a): not planned.
 ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr8) {
   ClusterRows c;
   if (in.forced_cluster > 1 && in.arch >= 90) {
@@ -135,30 +145,40 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
   if (in.arch != 90 || !in.param_grads || in.few_rows || in.forced_elems_per_thread || in.forced_cta_threads ||
       in.dout_bytes != in.x_bytes || vec * in.x_bytes != 16 || (in.dbias && !in.center) || in.dresidual_output)
     return c;
+  // NORMKIT_SMEM_SUMS=0: the sums stay in registers, in the plans that measured so
+  // before sums=smem (LayerNorm's fp32 rows with dresidual_out one CTA per SM, the
+  // next row prefetched), or no cluster where they spilled there.
+  const bool smem = in.smem_sums_allowed;
   if (in.x_bytes == 4 && tpr8 > 2048) {
     const bool ln_dro = in.center && in.residual;
     if (tpr8 / 512 <= 16) {
       c.cluster = static_cast<int>(tpr8 / 512);
       c.threads = 512;
-      c.min_blocks = ln_dro ? 1 : 2;
-      c.prefetch = ln_dro;
-    } else if (tpr8 / 1024 <= 16 && !ln_dro) {
+      c.min_blocks = ln_dro && !smem ? 1 : 2;
+      c.prefetch = ln_dro && !smem;
+      c.smem_sums = ln_dro && smem;
+    } else if (tpr8 / 1024 <= 16 && (smem || !ln_dro)) {
       c.cluster = static_cast<int>(tpr8 / 1024);
       c.threads = 1024;
       c.min_blocks = 1;
+      c.smem_sums = in.center && smem;
     }
-  } else if (in.x_bytes == 2 && in.residual && tpr8 > 2048 && tpr8 <= 4096) {
+  } else if (in.x_bytes == 2 && in.residual && (in.center || !smem) && tpr8 > 2048 && tpr8 <= 4096) {
+    // One vector a thread, the sums in registers (LayerNorm's at two vectors, with
+    // the sums in shared memory, spilled).
     c.cluster = 8;
     c.threads = 512;
     c.min_blocks = 2;
-  } else if (in.x_bytes == 2 && !in.center && !in.residual && !in.dbias && tpr8 >= 4096) {
-    // Two vectors a thread, as the fp32 rows above hold.
+  } else if (in.x_bytes == 2 && tpr8 >= 4096 && (smem || (!in.center && !in.residual))) {
+    // Two vectors a thread, as the fp32 rows above hold; LayerNorm not beyond
+    // N=131072 (no faster than its split rows at 1024 threads).
     const std::int64_t tpr16 = tpr8 / 2;
-    if (tpr16 / 512 <= 16) {
+    c.smem_sums = smem;
+    if (tpr16 / 512 <= 16 && !(in.center && in.residual)) {
       c.cluster = static_cast<int>(tpr16 / 512);
       c.threads = 512;
       c.min_blocks = 2;
-    } else if (tpr16 / 1024 <= 16) {
+    } else if (tpr16 / 1024 <= 16 && !in.center) {
       c.cluster = static_cast<int>(tpr16 / 1024);
       c.threads = 1024;
       c.min_blocks = 1;
@@ -167,8 +187,63 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
   // Every thread's vectors in the row (N a multiple of the cluster's columns): a
   // thread's partly empty last vectors spilled 20-36 bytes (N=20000, ptxas sm_90a).
   const std::int64_t nv = in.n / vec;
-  if (c.cluster > 1 && nv % (static_cast<std::int64_t>(c.cluster) * c.threads) != 0) c = ClusterRows{};
+  if (c.cluster < 2 || nv % (static_cast<std::int64_t>(c.cluster) * c.threads) != 0) c = ClusterRows{};
   return c;
+}
+
+// LayerNorm's 16-bit backward rows spent most of their time outside their loads in
+// the cp.async ring's and the prefetch's bookkeeping: at N=2048 its ring kernel is
+// 2784 SASS instructions (60 SHFL, 15 BAR, 39 LDS) where the same row as plain
+// register rows is 1160 (20, 2, 2) and RMSNorm's 1008. As plain rows with 16-32
+// columns a thread and as many CTAs per SM as ptxas fits without spills (sm_90a),
+// H200, bf16 with dw and db, M*N = 2^27, ratio to copy, own plan ->
+// NORMKIT_BACKWARD_PLAN (two runs each in one call; scripts/plan_cases/
+// backward-ln-plain.txt and -2.txt at 201f760, docs/perf/h200-2026-11-30i.md):
+//   without dresidual_out: ept=16,cta=128,minb=6 (80 registers) N=256 0.762 -> 0.842,
+//   512 0.707 -> 0.842; ept=32,cta=128,minb=4 (128) N=1024 0.730 -> 0.857, 2048
+//   0.682 -> 0.823 (ept=16 0.807), 4096 0.748 -> 0.847; ept=32,cta=256,minb=2 N=8192
+//   0.751 -> 0.805; ept=32,cta=512,minb=1 N=16384 0.691 -> 0.745.
+//   with dresidual_out: ept=16,cta=128,minb=6 N=256 0.815 -> 0.834, 512 0.755 ->
+//   0.822, 1024 0.776 -> 0.800, 2048 0.762 -> 0.796.
+// And RMSNorm's 16-bit rows with dw alone at N=4097-8192 (the ring's 512-thread
+// CTAs, two per SM): ept=16,cta=512,minb=2 (63 registers) 0.808 -> 0.877.
+// They lost or tied elsewhere: LayerNorm with dresidual_out N=4096 (ept=16,cta=256,
+// minb=3 0.786 -> 0.791) and 8192 (0.875 own; ept=32,cta=256 one CTA per SM 0.699,
+// two spilled), without it ept=32,cta=256,minb=1 at N=8192 (0.563), ept=8 at any N
+// (0.65-0.78); RMSNorm with dresidual_out N=2048 (ept=16,cta=128,minb=6 0.836 ->
+// 0.847, within the runs' spread: not planned). Not measured, so not planned:
+// sm_80/sm_100, N < 256, rows whose vectors are not 16 bytes, mixed x and dout
+// dtypes, a separate dresidual, calls of few rows, N that is not a power of two.
+RowPlanInputs with_plain16_rows(const RowPlanInputs& in) {
+  if (!in.backward || in.arch != 90 || in.x_bytes != 2 || in.dout_bytes != 2 || !in.param_grads || in.few_rows ||
+      in.dresidual_output || in.n < 256 || in.n % 8 != 0 || in.max_vec < 8 || in.forced_elems_per_thread ||
+      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_cluster)
+    return in;
+  struct Shape {
+    int ept, cta, minb;
+  };
+  Shape s{0, 0, 0};
+  if (in.center && !in.residual) {
+    s = in.n <= 512 ? Shape{16, 128, 6}
+        : in.n <= 4096 ? Shape{32, 128, 4}
+        : in.n <= 8192 ? Shape{32, 256, 2}
+        : in.n <= 16384 ? Shape{32, 512, 1}
+                        : s;
+  } else if (in.center && in.n <= 2048) {
+    s = Shape{16, 128, 6};
+  } else if (!in.center && !in.dbias && !in.residual && in.n > 4096 && in.n <= 8192) {
+    s = Shape{16, 512, 2};
+  }
+  // Every thread's vectors in the row: a thread's partly empty last vector spilled
+  // 8-80 bytes (N=1000 with dresidual_out at ept=16,minb=6, ptxas sm_90a).
+  const std::int64_t items = s.ept / 8, nv = in.n / 8;
+  if (s.ept == 0 || nv % items != 0 || next_pow2(nv / items) != nv / items) return in;
+  RowPlanInputs out = in;
+  out.forced_elems_per_thread = s.ept;
+  out.forced_cta_threads = s.cta;
+  out.forced_min_blocks = s.minb;
+  out.forced_no_prefetch = true;
+  return out;
 }
 
 // Few rows with dw/db (calls the host's time decides: M=1 and M=199 at N=32768 on

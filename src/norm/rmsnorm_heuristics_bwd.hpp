@@ -62,6 +62,11 @@ struct ClusterRows {
 };
 // vec: the plan's vector width; tpr8: threads a row takes at 8 columns a thread in one CTA.
 ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr8);
+// 16-bit backward rows of one CTA that measured faster as plain register rows (no
+// cp.async ring, no prefetch) at a given shape than at plan_rows' own: the shape as
+// NORMKIT_BACKWARD_PLAN's ept=, cta=, minb=, prefetch=0 gave it, since that is how
+// it was measured. Inputs that force any part of the plan are returned unchanged.
+RowPlanInputs with_plain16_rows(const RowPlanInputs& in);
 // fp32 backward register rows: the CTAs per SM measured for the plan (0: the
 // register estimate's count stands).
 int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned);

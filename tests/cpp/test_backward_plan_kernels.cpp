@@ -164,10 +164,12 @@ TEST_F(RmsNormKernelSweep, ThirtyTwoColumnBackwardRowsCompileWithoutSpills) {
 }
 
 // Backward rows in registers over a cluster (plan_cluster_rows): fp32 rows with dw
-// (LayerNorm: and db) at N=32768-131072, 16-bit rows with dresidual_out at
-// N=32768, RMSNorm's 16-bit rows with dw alone at N=32768-262144, weights of either
-// dtype, without spills on sm_90a (the only target they are planned for). Not planned (they spilled): a separate dresidual output, and N
-// that leaves a thread's last vectors partly empty (N=20000, 40000).
+// (LayerNorm: and db) at N=32768-131072, RMSNorm's 16-bit rows at N=32768-262144,
+// LayerNorm's without dresidual_out up to 131072 and with it at 32768, their sums in
+// registers or shared memory as planned, weights of either dtype, without spills on
+// sm_90a (the only target they are planned for). Not planned (they spilled): a
+// separate dresidual output, and N that leaves a thread's last vectors partly empty
+// (N=20000, 40000).
 TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
   int kernels = 0;
   for (std::int64_t n : {20000, 32768, 40000, 65536, 131072, 262144}) {
@@ -185,8 +187,7 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
               b.plan = plan_bwd(b, 8, 90);
               const bool whole = n % 32768 == 0;
               const bool planned = whole && !dres &&
-                                   (x == f32 ? !(center && dro && n > 65536) && n < 262144
-                                             : dro ? n <= 32768 : !center);
+                                   (x == f32 ? n < 262144 : center ? n <= (dro ? 32768 : 131072) : true);
               EXPECT_EQ(b.plan.cluster > 2 && b.plan.regs && !b.plan.stash && !b.plan.split, planned)
                   << n << " " << b.plan.str();
               if (!planned) continue;
@@ -197,10 +198,9 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
       }
     }
   }
-  // fp32: 3 N x 2 weights x 2 norms x 2 dro, less LayerNorm with dro at N=131072
-  // (2 weights); bf16: N=32768 with dro (2 weights x 2 norms), RMSNorm without it
-  // at N=32768-262144 (4 N x 2 weights).
-  EXPECT_EQ(kernels, 24 - 2 + 4 + 8);
+  // fp32: 3 N x 2 weights x 2 norms x 2 dro; bf16: RMSNorm 4 N x 2 weights x 2 dro,
+  // LayerNorm without dro 3 N x 2 weights, with it N=32768 x 2 weights.
+  EXPECT_EQ(kernels, 24 + 16 + 6 + 2);
 }
 
 // NORMKIT_BACKWARD_PLAN's sums=smem: cluster rows with their dw/db sums in shared
@@ -236,4 +236,40 @@ TEST_F(RmsNormKernelSweep, ForcedClusterRowsWithSharedMemorySumsCompileWithoutSp
     kernels += expect_bwd_clean(b, "sm_90a");
   }
   EXPECT_EQ(kernels, 8);
+}
+
+// 16-bit rows of one CTA as plain register rows (with_plain16_rows) at the shapes
+// measured, with weights (and bias) of either dtype, without spills on sm_90a. N
+// between powers of two is not planned so (BackwardPlainSixteenBitRowsWhereMeasured):
+// its threads' partly empty last vectors spilled.
+TEST_F(RmsNormKernelSweep, PlainSixteenBitBackwardRowsCompileWithoutSpills) {
+  struct Case {
+    std::int64_t n;
+    bool center, dro;
+    int tpr, threads, min_blocks;
+  };
+  int kernels = 0;
+  for (const Case& c : {Case{256, true, false, 16, 128, 6}, Case{512, true, false, 32, 128, 6},
+                        Case{1024, true, false, 32, 128, 4}, Case{2048, true, false, 64, 128, 4},
+                        Case{4096, true, false, 128, 128, 4}, Case{8192, true, false, 256, 256, 2},
+                        Case{16384, true, false, 512, 512, 1}, Case{256, true, true, 16, 128, 6},
+                        Case{1024, true, true, 64, 128, 6}, Case{2048, true, true, 128, 128, 6},
+                        Case{8192, false, false, 512, 512, 2}}) {
+    for (const DType w : {bf16, f32}) {
+      RmsBwdSpec b = plain_bwd_spec(c.n, bf16);
+      b.weight = w;
+      b.center = c.center;
+      if (c.center) b.dbias = w;
+      if (c.dro) b.dresidual_out = bf16;
+      b.plan = plan_bwd(b, 8, 90);
+      EXPECT_TRUE(b.plan.regs && b.plan.row_sums && !b.plan.async_rows && !b.plan.prefetch && !b.plan.smem_sums &&
+                  b.plan.cluster == 1)
+          << c.n << " " << b.plan.str();
+      EXPECT_EQ(b.plan.tpr, c.tpr) << c.n << " " << b.plan.str();
+      EXPECT_EQ(b.plan.threads(), c.threads) << c.n << " " << b.plan.str();
+      EXPECT_EQ(b.plan.min_blocks, c.min_blocks) << c.n << " " << b.plan.str();
+      kernels += expect_bwd_clean(b, "sm_90a");
+    }
+  }
+  EXPECT_EQ(kernels, 22);
 }

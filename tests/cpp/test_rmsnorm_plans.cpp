@@ -15,15 +15,18 @@ using namespace rmsnorm_test;
 
 // The two-deep row pipeline of the backward row kernel is used where it measured
 // faster (16-bit rows of one CTA of >= 256 threads with dw/db sums) and nowhere else.
+// sm_100 where sm_90 takes plain register rows instead (with_plain16_rows: LayerNorm
+// N <= 16384 without dresidual_out and <= 2048 with it, RMSNorm N=4097-8192 with dw
+// alone; BackwardPlainSixteenBitRowsWhereMeasured).
 TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
   for (std::int64_t n : {4096, 8192}) {
     for (DType x : {bf16, f16}) {
       for (bool dbias : {false, true}) {
-        const RowPlan p = plan(n, x, true, dbias, "sm_90a", 8, true);
+        const RowPlan p = plan(n, x, true, dbias, "sm_100a", 8, true);
         // With db, N=8192 needs 1024 threads for register sums: they move to
         // shared memory (smem_sums), which the pipeline is not planned with.
         EXPECT_TRUE(p.row_sums) << n << " " << p.str();
-        // Without db, N=4096 takes them as well on sm_90 (smem_sums32).
+        // Without db, N=4096 takes them as well (smem_sums32).
         EXPECT_EQ(p.smem_sums, dbias ? n == 8192 : n == 4096) << n << " " << p.str();
         // The pipeline: 16-byte vectors take the cp.async ring (async_rows), its
         // three stages of h and dout in shared memory; narrower ones the second
@@ -34,7 +37,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
           EXPECT_EQ(p.smem_bytes, 3 * n * 4) << n << " " << p.str();
         }
         EXPECT_EQ(p.cluster, 1) << n << " " << p.str();
-        const RowPlan narrow = plan(n, x, true, dbias, "sm_90a", 4, true);
+        const RowPlan narrow = plan(n, x, true, dbias, "sm_100a", 4, true);
         EXPECT_EQ(narrow.prefetch, !narrow.smem_sums) << n << " " << narrow.str();
         EXPECT_FALSE(narrow.async_rows) << n << " " << narrow.str();
       }
@@ -42,8 +45,8 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     RmsBwdSpec off = plain_bwd_spec(n);  // NORMKIT_ASYNC_ROWS=0: the register pipeline
     off.async_rows_allowed = false;
     off.smem_sums_allowed = false;  // (N=4096 takes shared-memory sums on sm_90 otherwise)
-    EXPECT_TRUE(plan_bwd(off, 8, 90).prefetch) << n;
-    EXPECT_FALSE(plan_bwd(off, 8, 90).async_rows) << n;
+    EXPECT_TRUE(plan_bwd(off, 8, 100).prefetch) << n;
+    EXPECT_FALSE(plan_bwd(off, 8, 100).async_rows) << n;
     EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).async_rows) << n;
     EXPECT_FALSE(plan(n, f32, true, false, "sm_90a", 8, true).prefetch) << n;
     EXPECT_FALSE(plan(n, bf16, false, false, "sm_90a").prefetch) << n;  // forward
@@ -61,7 +64,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     RmsBwdSpec ln = plain_bwd_spec(n);
     ln.center = true;
     for (const RmsBwdSpec& s : {rms, ln}) {
-      const RowPlan p = plan_bwd(s, 8, 90);
+      const RowPlan p = plan_bwd(s, 8, 100);
       EXPECT_TRUE(p.async_rows && !p.prefetch) << n << " " << p.str();
       EXPECT_EQ(p.smem_bytes, 3 * p.rows * n * 4) << n << " " << p.str();
       EXPECT_GE(65536 / (p.threads() * p.min_blocks), s.center ? 96 : 80) << n << " " << p.str();
@@ -91,7 +94,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     RmsBwdSpec ln = rms;
     ln.center = true;
     EXPECT_TRUE(plan_bwd(ln, 8, 90).async_rows) << n;
-    EXPECT_TRUE(plan_bwd(plain_bwd_spec(n), 8, 90).async_rows) << n;
+    EXPECT_TRUE(plan_bwd(plain_bwd_spec(n), 8, 100).async_rows) << n;
   }
   RmsBwdSpec rms_db = plain_bwd_spec(4096);
   rms_db.dresidual_out = bf16;
@@ -124,7 +127,9 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
     }
   }
   EXPECT_FALSE(plan(16384, f32, true, false, "sm_90a", 8, true).smem_sums);
-  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_90a", 8, true).smem_sums);  // two CTAs: the stash
+  // Two CTAs: the stash (sm_90: a cluster with the sums in shared memory,
+  // BackwardClusterRowsWhereMeasured).
+  EXPECT_FALSE(plan(32768, bf16, true, false, "sm_100a", 8, true).smem_sums);
   EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, false).smem_sums);  // no dw/db
   EXPECT_FALSE(plan(16384, bf16, true, false, "sm_90a", 8, true, /*few_rows=*/true).smem_sums);
   EXPECT_FALSE(plan(4096, bf16, true, false, "sm_80", 8, true).smem_sums);  // register sums fit
@@ -195,8 +200,10 @@ TEST(RmsNormPlan, ForwardPrefetchOnlyForLongPlainSixteenBitRows) {
 }
 
 // LayerNorm backward with db on 16-bit rows of N=4096 (the cp.async ring's rows):
-// on sm_90 16 columns a thread, two 256-thread CTAs per SM with registers for both
-// sums; sm_80, N=2048 and N=8192 keep their plans.
+// on sm_90 and later 16 columns a thread, two 256-thread CTAs per SM with registers
+// for both sums; sm_80, N=2048 and N=8192 keep their plans. Rows without
+// dresidual_out, and with it up to N=2048, are checked on sm_100: sm_90 takes plain
+// register rows there (with_plain16_rows, BackwardPlainSixteenBitRowsWhereMeasured).
 TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   RmsBwdSpec ln = plain_bwd_spec(4096);
   ln.center = true;
@@ -204,7 +211,7 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   // Without dresidual_out the register pipeline holds them; with it, the ring where
   // shared-memory sums are off (NORMKIT_SMEM_SUMS=0), else 128 threads of 32 columns
   // with the sums in shared memory (smem_sums32), five CTAs per SM.
-  const RowPlan p = plan_bwd(ln, 8, 90);
+  const RowPlan p = plan_bwd(ln, 8, 100);
   EXPECT_TRUE(p.prefetch && !p.async_rows) << p.str();
   EXPECT_EQ(p.tpr, 256) << p.str();
   EXPECT_EQ(p.min_blocks, 2) << p.str();
@@ -220,25 +227,25 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   EXPECT_EQ(r.min_blocks, 2) << r.str();
   EXPECT_EQ(plan_bwd(ln, 8, 80).tpr, 512) << plan_bwd(ln, 8, 80).str();
   ln.n = 2048;
-  EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 256) << plan_bwd(ln, 8, 90).str();  // 8 columns, as before
-  EXPECT_EQ(plan_bwd(ln, 8, 90).min_blocks, 3) << plan_bwd(ln, 8, 90).str();
+  EXPECT_EQ(plan_bwd(ln, 8, 100).tpr, 256) << plan_bwd(ln, 8, 100).str();  // 8 columns, as before
+  EXPECT_EQ(plan_bwd(ln, 8, 100).min_blocks, 3) << plan_bwd(ln, 8, 100).str();
   // N=513-1024 without dresidual_out: four 32-thread rows of 32 columns a CTA of the
   // ring, four CTAs per SM (ln_rows32); with it, sm_80, or an fp16 dout beside fp32 x,
   // 128 threads of 8.
   for (std::int64_t n : {768, 1024}) {
     ln.n = n;
-    const RowPlan rows32 = plan_bwd(ln, 8, 90);
+    const RowPlan rows32 = plan_bwd(ln, 8, 100);
     EXPECT_TRUE(rows32.tpr == 32 && rows32.rows == 4 && rows32.async_rows && rows32.min_blocks == 4) << n << " "
                                                                                                          << rows32.str();
     EXPECT_EQ(plan_bwd(ln, 8, 80).tpr, 128) << n;
     RmsBwdSpec res = ln;
     res.dresidual_out = bf16;
-    EXPECT_EQ(plan_bwd(res, 8, 90).tpr, 128) << n;
+    EXPECT_EQ(plan_bwd(res, 8, 100).tpr, 128) << n;
   }
   ln.n = 512;
-  EXPECT_EQ(plan_bwd(ln, 8, 90).tpr, 64) << plan_bwd(ln, 8, 90).str();
+  EXPECT_EQ(plan_bwd(ln, 8, 100).tpr, 64) << plan_bwd(ln, 8, 100).str();
   ln.n = 8192;
-  EXPECT_TRUE(plan_bwd(ln, 8, 90).smem_sums) << plan_bwd(ln, 8, 90).str();
+  EXPECT_TRUE(plan_bwd(ln, 8, 100).smem_sums) << plan_bwd(ln, 8, 100).str();
 }
 
 // RMSNorm's 16-bit backward rows without dresidual_out take more CTAs per SM on
@@ -260,7 +267,8 @@ TEST(RmsNormPlan, RmsNormSixteenBitBackwardRowsTakeMoreCtasOnSm90) {
   const RowPlan p4096 = plan_bwd(ring4096, 8, 90);  // measured no faster with 4
   EXPECT_TRUE(p4096.async_rows) << p4096.str();
   EXPECT_EQ(p4096.min_blocks, 3) << p4096.str();
-  const RowPlan p8192 = plan_bwd(plain_bwd_spec(8192), 8, 90);
+  // sm_100, which shares the rule: sm_90 takes plain rows there (with_plain16_rows).
+  const RowPlan p8192 = plan_bwd(plain_bwd_spec(8192), 8, 100);
   EXPECT_TRUE(p8192.async_rows) << p8192.str();
   EXPECT_EQ(p8192.min_blocks, 2) << p8192.str();
 }
@@ -351,7 +359,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   // 16-bit rows with dw alone up to N=32768: a pair of 512-thread CTAs holding 32
   // columns a thread and their dw sums in registers (sm_100; sm_90 takes a cluster
   // of four at 16 columns, plan_cluster_rows); not with db; with dresidual_out a
-  // cluster of eight on sm_90, the stash beyond.
+  // cluster of four on sm_90 (LayerNorm's: eight), the stash beyond.
   for (const DType x : {bf16, f16}) {
     EXPECT_EQ(plan(32768, x, true, false, "sm_90a", 8, true).cluster, 4);
     const RowPlan pair = plan(32768, x, true, false, "sm_100a", 8, true);
@@ -361,8 +369,10 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_TRUE(plan(32768, x, true, true, "sm_90a", 8, true).stash);  // with db
     RmsBwdSpec res = plain_bwd_spec(32768, x);
     res.dresidual_out = x;
-    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 8) << plan_bwd(res, 8, 90).str();
+    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 4) << plan_bwd(res, 8, 90).str();
     EXPECT_TRUE(plan_bwd(res, 8, 100).stash) << plan_bwd(res, 8, 100).str();
+    res.center = true;
+    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 8) << plan_bwd(res, 8, 90).str();
   }
   for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
@@ -511,11 +521,14 @@ TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
 
 // Backward rows in registers over a cluster (plan_cluster_rows): fp32 rows with dw
 // (LayerNorm: dw and db) from N=32768, in 512-thread CTAs two per SM up to 16 CTAs,
-// then 1024-thread CTAs; LayerNorm with dresidual_out one CTA per SM with the next
-// row prefetched, up to N=65536; bf16 rows with dresidual_out at N=32768. Not on
-// sm_80 or sm_100, not bf16 rows without dresidual_out, not with a separate
-// dresidual, not in calls of few rows, not N=262144, not under NORMKIT_SMEM_SUMS-like
-// overrides of ept=/cta=.
+// then 1024-thread CTAs, LayerNorm's with dresidual_out (and at 1024 threads all of
+// LayerNorm's) with the sums in shared memory; 16-bit rows at two vectors a thread
+// with the sums in shared memory (RMSNorm with and without dresidual_out up to
+// N=262144, LayerNorm without it up to 131072); LayerNorm's 16-bit rows with
+// dresidual_out at N=32768 at one vector, sums in registers. NORMKIT_SMEM_SUMS=0
+// keeps the sums in registers where those measured (or no cluster). Not on sm_80 or
+// sm_100, not with a separate dresidual, not in calls of few rows, not fp32
+// N=262144, not under overrides of ept=/cta=.
 TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
   auto spec = [](std::int64_t n, DType x, bool center, bool dro) {
     RmsBwdSpec s = plain_bwd_spec(n, x);
@@ -527,22 +540,29 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
   struct Want {
     RmsBwdSpec spec;
     int cluster, threads, min_blocks;
-    bool prefetch;
+    bool smem_sums;
   };
   for (const Want& w : {Want{spec(32768, f32, false, false), 8, 512, 2, false},
                         Want{spec(65536, f32, false, true), 16, 512, 2, false},
                         Want{spec(131072, f32, false, false), 16, 1024, 1, false},
-                        Want{spec(131072, f32, true, false), 16, 1024, 1, false},
-                        Want{spec(32768, f32, true, true), 8, 512, 1, true},
-                        Want{spec(65536, f32, true, true), 16, 512, 1, true},
-                        Want{spec(32768, bf16, false, true), 8, 512, 2, false},
+                        Want{spec(131072, f32, true, false), 16, 1024, 1, true},
+                        Want{spec(131072, f32, true, true), 16, 1024, 1, true},
+                        Want{spec(32768, f32, true, false), 8, 512, 2, false},
+                        Want{spec(32768, f32, true, true), 8, 512, 2, true},
+                        Want{spec(65536, f32, true, true), 16, 512, 2, true},
+                        Want{spec(32768, bf16, false, true), 4, 512, 2, true},
+                        Want{spec(262144, bf16, false, true), 16, 1024, 1, true},
+                        Want{spec(32768, bf16, true, false), 4, 512, 2, true},
+                        Want{spec(131072, bf16, true, false), 16, 512, 2, true},
                         Want{spec(32768, bf16, true, true), 8, 512, 2, false}}) {
     const RowPlan p = plan_bwd(w.spec, 8, 90);
-    EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split && !p.smem_sums) << w.spec.n << " " << p.str();
+    EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split && !p.prefetch) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.cluster, w.cluster) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.threads(), w.threads) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
-    EXPECT_EQ(p.prefetch, w.prefetch) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.smem_sums, w.smem_sums) << w.spec.n << " " << p.str();
+    // One fp32 sum per column of the CTA's slice, per sum.
+    if (w.smem_sums) EXPECT_EQ(p.smem_bytes, (w.spec.center ? 2 : 1) * w.spec.n / w.cluster * 4) << p.str();
     for (const int arch : {80, 100}) {
       const RowPlan other = plan_bwd(w.spec, 8, arch);
       EXPECT_FALSE(other.cluster > 2 && other.regs) << arch << " " << w.spec.n << " " << other.str();
@@ -555,28 +575,112 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     EXPECT_FALSE(plan_bwd(dres, 8, 90).regs && plan_bwd(dres, 8, 90).cluster > 2) << plan_bwd(dres, 8, 90).str();
   }
   // RMSNorm's 16-bit rows with dw alone at two vectors a thread: clusters of 4-16
-  // 512-thread CTAs two per SM, 16 of 1024 threads at N=262144.
+  // 512-thread CTAs two per SM, 16 of 1024 threads at N=262144; with
+  // NORMKIT_SMEM_SUMS=0 the same clusters with the sums in registers.
   for (const auto& [n, cluster, threads] : {std::tuple{32768L, 4, 512}, {65536L, 8, 512}, {131072L, 16, 512},
                                             {262144L, 16, 1024}}) {
-    const RowPlan p = plan_bwd(spec(n, bf16, false, false), 8, 90);
-    EXPECT_TRUE(p.regs && p.row_sums && !p.prefetch && p.cluster == cluster && p.threads() == threads &&
-                p.min_blocks == 1024 / threads)
-        << n << " " << p.str();
+    RmsBwdSpec s = spec(n, bf16, false, false);
+    for (const bool smem : {true, false}) {
+      s.smem_sums_allowed = smem;
+      const RowPlan p = plan_bwd(s, 8, 90);
+      EXPECT_TRUE(p.regs && p.row_sums && !p.prefetch && p.cluster == cluster && p.threads() == threads &&
+                  p.min_blocks == 1024 / threads && p.smem_sums == smem)
+          << n << " " << p.str();
+    }
   }
-  for (const RmsBwdSpec& s : {spec(32768, bf16, true, false), spec(65536, bf16, false, true),
-                              spec(131072, f32, true, true), spec(262144, f32, false, false)}) {
-    const RowPlan p = plan_bwd(s, 8, 90);
+  // NORMKIT_SMEM_SUMS=0: LayerNorm fp32 with dresidual_out one CTA per SM with the
+  // next row prefetched (N <= 65536), 16-bit RMSNorm with dresidual_out a cluster of
+  // eight at one vector (N=32768); none where the sums spilled in registers.
+  RmsBwdSpec off = spec(65536, f32, true, true);
+  off.smem_sums_allowed = false;
+  RowPlan p = plan_bwd(off, 8, 90);
+  EXPECT_TRUE(p.cluster == 16 && p.min_blocks == 1 && p.prefetch && !p.smem_sums) << p.str();
+  off = spec(32768, bf16, false, true);
+  off.smem_sums_allowed = false;
+  p = plan_bwd(off, 8, 90);
+  EXPECT_TRUE(p.cluster == 8 && p.threads() == 512 && !p.smem_sums) << p.str();
+  for (RmsBwdSpec s : {spec(131072, f32, true, true), spec(65536, bf16, false, true), spec(32768, bf16, true, false)}) {
+    s.smem_sums_allowed = false;
+    EXPECT_FALSE(plan_bwd(s, 8, 90).regs && plan_bwd(s, 8, 90).cluster > 2) << s.n << " " << plan_bwd(s, 8, 90).str();
+  }
+  for (const RmsBwdSpec& s : {spec(65536, bf16, true, true), spec(262144, bf16, true, false),
+                              spec(262144, f32, false, false)}) {
+    p = plan_bwd(s, 8, 90);
     EXPECT_FALSE(p.regs && p.cluster > 2) << s.n << " " << p.str();
   }
   // NORMKIT_BACKWARD_PLAN's cluster= forces such rows (sm_90 and later), prefetch
   // unless prefetch=0, 512 threads unless cta=.
   RmsBwdSpec forced = spec(65536, bf16, false, false);
   forced.plan_override.cluster = 16;
-  RowPlan p = plan_bwd(forced, 8, 90);
+  p = plan_bwd(forced, 8, 90);
   EXPECT_TRUE(p.regs && p.row_sums && p.cluster == 16 && p.threads() == 512 && p.prefetch) << p.str();
   forced.plan_override.no_prefetch = true;
   forced.plan_override.cta_threads = 1024;
   p = plan_bwd(forced, 8, 100);
   EXPECT_TRUE(p.regs && p.cluster == 16 && p.threads() == 1024 && !p.prefetch) << p.str();
   EXPECT_FALSE(plan_bwd(forced, 8, 80).cluster == 16);
+}
+
+// 16-bit backward rows of one CTA as plain register rows on sm_90 (with_plain16_rows):
+// LayerNorm without dresidual_out up to N=16384 and with it up to 2048, RMSNorm with
+// dw alone at N=4097-8192, each at the shape measured; not on sm_80/sm_100, not for
+// N between powers of two, N < 256, calls of few rows, a separate dresidual, fp32
+// rows, or when NORMKIT_BACKWARD_PLAN forces any part of the plan.
+TEST(RmsNormPlan, BackwardPlainSixteenBitRowsWhereMeasured) {
+  auto spec = [](std::int64_t n, bool center, bool dro) {
+    RmsBwdSpec s = plain_bwd_spec(n, bf16);
+    s.center = center;
+    if (center) s.dbias = bf16;
+    if (dro) s.dresidual_out = bf16;
+    return s;
+  };
+  auto plain = [](const RowPlan& p) {
+    return p.regs && p.row_sums && !p.async_rows && !p.prefetch && !p.smem_sums && p.cluster == 1;
+  };
+  struct Want {
+    RmsBwdSpec spec;
+    int threads, columns, min_blocks;  // columns: a thread's, tpr * columns = N
+  };
+  for (const Want& w : {Want{spec(256, true, false), 128, 16, 6}, Want{spec(512, true, false), 128, 16, 6},
+                        Want{spec(1024, true, false), 128, 32, 4}, Want{spec(4096, true, false), 128, 32, 4},
+                        Want{spec(8192, true, false), 256, 32, 2}, Want{spec(16384, true, false), 512, 32, 1},
+                        Want{spec(256, true, true), 128, 16, 6}, Want{spec(2048, true, true), 128, 16, 6},
+                        Want{spec(8192, false, false), 512, 16, 2}}) {
+    const RowPlan p = plan_bwd(w.spec, 8, 90);
+    EXPECT_TRUE(plain(p)) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.threads(), w.threads) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.tpr * w.columns, w.spec.n) << w.spec.n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
+    for (const int arch : {80, 100}) {
+      const RowPlan other = plan_bwd(w.spec, 8, arch);
+      EXPECT_FALSE(plain(other) && other.min_blocks == w.min_blocks && other.threads() == w.threads &&
+                   other.tpr == p.tpr)
+          << arch << " " << w.spec.n << " " << other.str();
+    }
+    RmsBwdSpec few = w.spec;
+    few.few_rows = true;
+    RmsBwdSpec dres = w.spec;
+    dres.dresidual = bf16;
+    RmsBwdSpec forced = w.spec;
+    forced.plan_override.no_prefetch = true;
+    RmsBwdSpec odd = w.spec;
+    odd.n = w.spec.n - 8;  // whole vectors, not a power of two
+    for (const RmsBwdSpec& s : {few, dres, forced, odd}) {
+      const RowPlan q = plan_bwd(s, 8, 90);
+      EXPECT_FALSE(q.min_blocks == w.min_blocks && q.threads() == w.threads && q.tpr == p.tpr && plain(q))
+          << s.n << " " << q.str();
+    }
+  }
+  // Not planned: RMSNorm with dresidual_out (N=2048) or outside N=4097-8192, LayerNorm
+  // with dresidual_out beyond N=2048, N < 256, fp32 rows. Their plans keep the ring,
+  // the shared-memory sums or the register sums of plan_rows.
+  for (const RmsBwdSpec& s : {spec(2048, false, true), spec(4096, false, false), spec(16384, false, false),
+                              spec(4096, true, true), spec(8192, true, true), spec(128, true, false)}) {
+    const RowPlan p = plan_bwd(s, 8, 90);
+    EXPECT_TRUE(p.async_rows || p.smem_sums || p.prefetch || p.min_blocks == 7 || p.tpr < 16) << s.n << " " << p.str();
+  }
+  RmsBwdSpec f32_rows = spec(4096, true, false);
+  f32_rows.x = f32_rows.dout = f32_rows.dx = f32;
+  f32_rows.weight = f32_rows.dbias = f32;
+  EXPECT_NE(plan_bwd(f32_rows, 8, 90).min_blocks, 4) << plan_bwd(f32_rows, 8, 90).str();
 }

@@ -451,6 +451,42 @@ def test_backward_rows_over_a_cluster(override, op, xdt, m, n):
             ln_check(layernorm, x, w, rand((n,), xdt).requires_grad_(), label=override)
 
 
+# The backward's own plans measured at 201f760 (sm_90): plain register rows for
+# 16-bit LayerNorm up to N=16384 (with dresidual_out up to 2048) and RMSNorm N=8192
+# (with_plain16_rows), cluster rows with their dw/db sums in shared memory for 16-bit
+# rows from N=32768 and LayerNorm's fp32 rows with dresidual_out (plan_cluster_rows).
+# prenorm: residual_out's gradient is the kernel's dresidual_out (the residual does
+# not require grad: no separate dresidual). M*N just above kFewRowsElements (2^23),
+# so not the plans of few rows, and a row count that leaves the persistent CTAs and
+# clusters different numbers of rows.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("prenorm", [False, True], ids=["plain", "dresidual_out"])
+@pytest.mark.parametrize("xdt,n", [(BF16, 256), (BF16, 1024), (BF16, 2048), (BF16, 4096), (BF16, 8192),
+                                   (BF16, 16384), (BF16, 32768), (BF16, 65536), (BF16, 131072), (BF16, 262144),
+                                   (FP32, 32768), (FP32, 131072)])
+def test_backward_own_plans_of_plain_and_shared_sum_rows(op, prenorm, xdt, n):
+    m = (1 << 23) // n + 3
+    x = rand((m, n), xdt).requires_grad_()
+    w = rand((n,), xdt).requires_grad_()
+    res = rand((m, n), xdt) if prenorm else None
+    b = rand((n,), xdt).requires_grad_() if op == "layernorm" else None
+    label = f"{op} {NAMES[xdt]} N={n}"
+    if op == "rmsnorm":
+        fwd_bwd_check(rmsnorm, x, w, residual=res, prenorm=prenorm, label=label)
+        result = rmsnorm(x, w, residual=res, eps=EPS, prenorm=prenorm)
+    else:
+        ln_check(layernorm, x, w, b, res, prenorm=prenorm, label=label)
+        result = layernorm(x, w, b, res, eps=EPS, prenorm=prenorm)
+    # Twice from the same gradients: the same bits (the dw/db sums in a fixed order).
+    outs = list(result) if prenorm else [result]
+    douts = [rand(o.shape, o.dtype) for o in outs]
+    params = [t for t in (x, w, b) if t is not None]
+    first = torch.autograd.grad(outs, params, douts, retain_graph=True)
+    again = torch.autograd.grad(outs, params, douts)
+    for name, g1, g2 in zip(("dx", "dw", "db"), first, again):
+        assert torch.equal(g1, g2), f"{label}: {name} differs between two identical backward calls"
+
+
 def test_module_is_a_drop_in(fresh_dynamo):
     theirs = torch.nn.LayerNorm(4096, device="cuda")
     with torch.no_grad():
