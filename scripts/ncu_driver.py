@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""One norm's training step (forward, then backward through autograd) a few times on
+random inputs, for Nsight Compute to profile a chosen launch of the backward (see
+scripts/ncu_backward.sh). A diagnostic, not a test: it checks nothing.
+
+    python3 scripts/ncu_driver.py --op layernorm --dtype bf16 --n 65536 [--m ROWS] [--dro] [--calls 4]
+
+--dro: a residual with prenorm=True, so the backward gets dresidual_out (residual_out's
+gradient); the residual itself does not require grad. M defaults to 2^27 / N, the
+sweep's shapes.
+"""
+
+import argparse
+
+import torch
+
+import normkit.torch as nkt
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--op", choices=("rmsnorm", "layernorm"), required=True)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    ap.add_argument("--n", type=int, required=True, help="the normalized size")
+    ap.add_argument("--m", type=int, default=0, help="rows (default 2^27 / N)")
+    ap.add_argument("--dro", action="store_true", help="with a residual and prenorm: the backward's dresidual_out")
+    ap.add_argument("--calls", type=int, default=4, help="training steps; the first compiles the kernels")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device: this drives the GPU kernels for Nsight Compute")
+    if a.n < 1 or a.calls < 1 or a.m < 0:
+        ap.error("--n and --calls must be >= 1, --m >= 0")
+    dt, m = DTYPES[a.dtype], a.m or max(1, (1 << 27) // a.n)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dt, generator=gen)
+
+    x, w = rand(m, a.n).requires_grad_(), rand(a.n).requires_grad_()
+    b = rand(a.n).requires_grad_() if a.op == "layernorm" else None
+    res = rand(m, a.n) if a.dro else None
+    douts = [rand(m, a.n)] + ([rand(m, a.n)] if a.dro else [])
+    for _ in range(a.calls):
+        if a.op == "rmsnorm":
+            result = nkt.rmsnorm(x, w, residual=res, prenorm=a.dro)
+        else:
+            result = nkt.layernorm(x, w, b, res, prenorm=a.dro)
+        outs = list(result) if a.dro else [result]
+        torch.autograd.backward(outs, douts)
+    torch.cuda.synchronize()
+    print(f"{a.op} {a.dtype} M={m} N={a.n} dro={a.dro}: {a.calls} steps")
+
+
+if __name__ == "__main__":
+    main()
