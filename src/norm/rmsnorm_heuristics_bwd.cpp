@@ -94,11 +94,13 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 // stash, the split kernels). 512-thread CTAs, two per SM, up to a 16-CTA cluster
 // (1024-thread CTAs, one per SM, beyond), no prefetch:
 // - fp32 rows with dw (LayerNorm: and db) beyond N=16384 at 8 columns a thread, the
-//   sums in registers; LayerNorm's with dresidual_out, and at 1024 threads all of
+//   sums in registers; LayerNorm's with dresidual_out, and at N=131072 all of
 //   LayerNorm's, with the sums in shared memory (sums=smem: one fp32 per column of
-//   the CTA's slice, per sum);
+//   the CTA's slice, per sum), LayerNorm's without dresidual_out there in 512-thread
+//   CTAs of four vectors, one per SM;
 // - 16-bit rows from N=32768 at two vectors a thread, the sums in shared memory:
-//   RMSNorm with and without dresidual_out, LayerNorm without it up to N=131072;
+//   RMSNorm with and without dresidual_out (at N=32768 in two 1024-thread CTAs),
+//   LayerNorm without it up to N=131072;
 // - LayerNorm's 16-bit rows with dresidual_out at N=16385-32768: one vector a thread,
 //   the sums in registers, a cluster of eight.
 // H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=cluster=...,
@@ -124,6 +126,13 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 //   (not planned).
 //   LayerNorm bf16 with dresidual_out N=32768 (cluster=8, sums in registers): 0.575
 //   -> 0.616.
+//   Fewer, larger CTAs (backward-clusters-3.txt, at c1d3721): RMSNorm bf16 N=32768 in
+//   two 1024-thread CTAs (cluster=2,cta=1024,minb=1, sums=smem) 0.739 -> 0.758, with
+//   dresidual_out 0.874 -> 0.910 (at N=65536 and 131072 four and eight such CTAs lost
+//   1-2 %; LayerNorm bf16 lost 3-9 %); LayerNorm fp32 N=131072 without dresidual_out
+//   in 512-thread CTAs of four vectors, one per SM (cluster=16,cta=512,minb=1,
+//   sums=smem) 0.606 -> 0.646 (with dresidual_out 0.641 -> 0.636, RMSNorm fp32 0.663 ->
+//   0.657: not planned; two per SM spilled 72-448 bytes).
 // They lost elsewhere: 16-bit rows at one vector a thread with sums=smem (RMSNorm
 // 0.741 -> 0.542 at N=32768, LayerNorm 0.636 -> 0.488) and with the sums in registers
 // (0.707 -> 0.549), and every 16-bit row with the next row prefetched (0.34-0.53).
@@ -162,6 +171,8 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
       c.threads = 1024;
       c.min_blocks = 1;
       c.smem_sums = in.center && smem;
+      // LayerNorm without dresidual_out: 512-thread CTAs of four vectors (one per SM).
+      if (in.center && !in.residual && smem) c.threads = 512;
     }
   } else if (in.x_bytes == 2 && in.residual && (in.center || !smem) && tpr8 > 2048 && tpr8 <= 4096) {
     // One vector a thread, the sums in registers (LayerNorm's at two vectors, with
@@ -174,7 +185,12 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
     // N=131072 (no faster than its split rows at 1024 threads).
     const std::int64_t tpr16 = tpr8 / 2;
     c.smem_sums = smem;
-    if (tpr16 / 512 <= 16 && !(in.center && in.residual)) {
+    if (tpr16 == 2048 && !in.center && smem) {
+      // RMSNorm N=32768: two 1024-thread CTAs (one per SM) instead of four of 512.
+      c.cluster = 2;
+      c.threads = 1024;
+      c.min_blocks = 1;
+    } else if (tpr16 / 512 <= 16 && !(in.center && in.residual)) {
       c.cluster = static_cast<int>(tpr16 / 512);
       c.threads = 512;
       c.min_blocks = 2;
