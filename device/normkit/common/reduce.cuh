@@ -211,11 +211,17 @@ __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_i
                      ::"r"(dst), "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[K - 1])), "r"(bar) : "memory");
       }
     }
+    // The wait acquires at CTA scope: the partials land in this CTA's shared memory
+    // and complete on this CTA's mbarrier. At cluster scope (as before) ptxas sm_90a
+    // put a CCTL.IVALL after every successful wait, an invalidation of the SM's whole
+    // L1 once per row (the other CTA's lines on the SM too), which the cluster rows'
+    // time per row and their lost prefetch (rmsnorm_heuristics.cpp) may owe to it:
+    // not yet measured.
     const unsigned parity = (step >> 1) & 1u;
     for (;;) {
       unsigned done;
       asm volatile(
-          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
           : "=r"(done) : "r"(shared_address(arrived)), "r"(parity) : "memory");
       if (done) break;
     }
