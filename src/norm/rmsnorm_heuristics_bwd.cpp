@@ -138,7 +138,7 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
   if (in.forced_cluster > 1 && in.arch >= 90) {
     c.cluster = in.forced_cluster;
     c.threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
-    c.smem_sums = in.forced_cluster_smem_sums && in.param_grads;
+    c.smem_sums = in.forced_smem_sums && in.param_grads;
     c.prefetch = !in.forced_no_prefetch && !c.smem_sums;  // the kernel's shared-memory sums do not prefetch
     return c;
   }
