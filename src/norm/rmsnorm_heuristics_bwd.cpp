@@ -217,7 +217,7 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
 RowPlanInputs with_plain16_rows(const RowPlanInputs& in) {
   if (!in.backward || in.arch != 90 || in.x_bytes != 2 || in.dout_bytes != 2 || !in.param_grads || in.few_rows ||
       in.dresidual_output || in.n < 256 || in.n % 8 != 0 || in.max_vec < 8 || in.forced_elems_per_thread ||
-      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_cluster)
+      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_cluster || in.forced_smem_sums)
     return in;
   struct Shape {
     int ept, cta, minb;

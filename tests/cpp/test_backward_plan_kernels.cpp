@@ -297,6 +297,20 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
       RmsBwdSpec b = plain_bwd_spec(c.n, bf16);
       b.center = true;
       b.dbias = bf16;
+      // RMSNorm (one sum) at the shapes of the GPU test's entries too.
+      if (c.n == 2048 || c.n == 8192) {
+        RmsBwdSpec rms = plain_bwd_spec(c.n, bf16);
+        if (c.dro) rms.dresidual_out = bf16;
+        rms.plan_override = {};
+        rms.plan_override.elems_per_thread = c.ept;
+        rms.plan_override.cta_threads = c.cta;
+        rms.plan_override.min_blocks = c.minb;
+        rms.plan_override.no_prefetch = true;
+        rms.plan_override.smem_sums = true;
+        rms.plan = plan_bwd(rms, 8, 90);
+        EXPECT_TRUE(rms.plan.smem_sums && rms.plan.min_blocks == c.minb) << rms.plan.str();
+        kernels += expect_bwd_clean(rms, "sm_90a");
+      }
       if (c.dro) b.dresidual_out = bf16;
       b.plan_override.elems_per_thread = c.ept;
       b.plan_override.cta_threads = c.cta;
@@ -312,5 +326,5 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
       kernels += expect_bwd_clean(b, "sm_90a");
     }
   }
-  EXPECT_EQ(kernels, 10);
+  EXPECT_EQ(kernels, 10 + 4);
 }
