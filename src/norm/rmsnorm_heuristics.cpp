@@ -308,6 +308,13 @@ RowPlan plan_rows(const RowPlanInputs& given) {
       }
     }
   }
+  // NORMKIT_BACKWARD_PLAN's sums=smem without cluster=: register rows of one CTA a row
+  // with their dw/db sums in shared memory (RowPlan::smem_sums), for measuring them.
+  if (in.backward && in.forced_smem_sums && !in.forced_cluster && p.regs && p.row_sums && p.cluster == 1 &&
+      tpr <= tpr_max && in.param_grads) {
+    p.smem_sums = true;
+    p.smem_bytes = static_cast<int>((in.dbias ? 2 : 1) * in.n * 4);
+  }
   // Backward rows in registers over a cluster of CTAs that walk rows, dw/db summed
   // in registers (plan_cluster_rows, rmsnorm_heuristics_bwd.cpp, where they measured
   // faster; or NORMKIT_BACKWARD_PLAN's cluster=).

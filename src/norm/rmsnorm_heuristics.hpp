@@ -103,7 +103,7 @@ struct RowPlanInputs {
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
-  bool forced_cluster_smem_sums = false;  // ... with their dw/db sums in shared memory (sums=smem)
+  bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
   bool many_heads = false;

@@ -147,7 +147,7 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
   if (in.forced_cluster > 1 && in.arch >= 90) {
     c.cluster = in.forced_cluster;
     c.threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
-    c.smem_sums = in.forced_cluster_smem_sums && in.param_grads;
+    c.smem_sums = in.forced_smem_sums && in.param_grads;
     c.prefetch = !in.forced_no_prefetch && !c.smem_sums;  // the kernel's shared-memory sums do not prefetch
     return c;
   }
@@ -233,7 +233,7 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
 RowPlanInputs with_plain16_rows(const RowPlanInputs& in) {
   if (!in.backward || in.arch != 90 || in.x_bytes != 2 || in.dout_bytes != 2 || !in.param_grads || in.few_rows ||
       in.dresidual_output || in.n < 256 || in.n % 8 != 0 || in.max_vec < 8 || in.forced_elems_per_thread ||
-      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_cluster)
+      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_cluster || in.forced_smem_sums)
     return in;
   struct Shape {
     int ept, cta, minb;

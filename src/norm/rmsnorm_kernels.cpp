@@ -21,7 +21,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_min_blocks = o.min_blocks;
   in.forced_no_prefetch = o.no_prefetch;
   in.forced_cluster = o.cluster;
-  in.forced_cluster_smem_sums = o.smem_sums;
+  in.forced_smem_sums = o.smem_sums;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }

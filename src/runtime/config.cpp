@@ -70,7 +70,6 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch", backward ? ", cluster, sums)" : ")");
     }
   }
-  NK_CHECK(!o.smem_sums || o.cluster, variable, ": sums=smem applies to cluster= rows; give cluster= too");
   return o;
 }
 

@@ -279,3 +279,54 @@ TEST_F(RmsNormKernelSweep, PlainSixteenBitBackwardRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 22);
 }
+
+// NORMKIT_BACKWARD_PLAN's sums=smem without cluster=: LayerNorm's 16-bit register rows
+// of one CTA with their dw and db sums in shared memory, at the CTAs per SM that ptxas
+// sm_90a fits without spills (64-80 registers where the sums in registers took 80-145),
+// the cases of scripts/plan_cases/backward-plain-smem-sums.txt. Spilled, so not there:
+// ept=32,cta=512,minb=2 at N=16384 (276 bytes; 520 with dresidual_out), and with
+// dresidual_out ept=32,cta=256,minb=3 at N=8192 (244).
+TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
+  struct Case {
+    std::int64_t n;
+    bool dro;
+    int ept, cta, minb;
+  };
+  int kernels = 0;
+  for (const bool dro : {false, true}) {
+    for (const Case& c : {Case{1024, dro, 16, 64, 12}, Case{2048, dro, 16, 128, 8}, Case{4096, dro, 16, 256, 4},
+                          Case{4096, dro, 32, 128, 6}, Case{8192, dro, 16, 512, 2}}) {
+      RmsBwdSpec b = plain_bwd_spec(c.n, bf16);
+      b.center = true;
+      b.dbias = bf16;
+      // RMSNorm (one sum) at the shapes of the GPU test's entries too.
+      if (c.n == 2048 || c.n == 8192) {
+        RmsBwdSpec rms = plain_bwd_spec(c.n, bf16);
+        if (c.dro) rms.dresidual_out = bf16;
+        rms.plan_override = {};
+        rms.plan_override.elems_per_thread = c.ept;
+        rms.plan_override.cta_threads = c.cta;
+        rms.plan_override.min_blocks = c.minb;
+        rms.plan_override.no_prefetch = true;
+        rms.plan_override.smem_sums = true;
+        rms.plan = plan_bwd(rms, 8, 90);
+        EXPECT_TRUE(rms.plan.smem_sums && rms.plan.min_blocks == c.minb) << rms.plan.str();
+        kernels += expect_bwd_clean(rms, "sm_90a");
+      }
+      if (c.dro) b.dresidual_out = bf16;
+      b.plan_override.elems_per_thread = c.ept;
+      b.plan_override.cta_threads = c.cta;
+      b.plan_override.min_blocks = c.minb;
+      b.plan_override.no_prefetch = true;
+      b.plan_override.smem_sums = true;
+      b.plan = plan_bwd(b, 8, 90);
+      EXPECT_TRUE(b.plan.regs && b.plan.row_sums && b.plan.smem_sums && b.plan.rows == 1 && b.plan.cluster == 1 &&
+                  !b.plan.prefetch && !b.plan.async_rows)
+          << c.n << " " << b.plan.str();
+      EXPECT_EQ(b.plan.smem_bytes, 2 * c.n * 4) << b.plan.str();
+      EXPECT_EQ(b.plan.min_blocks, c.minb) << b.plan.str();
+      kernels += expect_bwd_clean(b, "sm_90a");
+    }
+  }
+  EXPECT_EQ(kernels, 10 + 4);
+}

@@ -409,13 +409,15 @@ def test_forward_plan_override(override, op, xdt, m, n):
 # planned kernels do, within the same tolerance of the float64 reference, through
 # autograd with dw and db: 8 columns a thread (one 512-thread CTA at N=4096; the stash
 # at fp32 N=16384), then in CTAs of at most 256 threads (shared-memory sums), the
-# pipelines off, two CTAs per SM. Each compiled without spills for sm_90a (ptxas,
+# pipelines off, two CTAs per SM; and rows of one CTA with their dw/db sums in shared
+# memory (sums=smem without cluster=). Each compiled without spills for sm_90a (ptxas,
 # 2026-11-30); `minb=2` spilled for LayerNorm's fp32 N=16384 pair, so it runs at N=4096.
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("override,xdt,m,n", [
     ("ept=8", BF16, 2100, 4096), ("ept=8", FP32, 520, 16384), ("ept=8,cta=256", BF16, 2100, 4096),
     ("ept=8,cta=256", FP32, 520, 16384), ("prefetch=0", BF16, 2100, 4096), ("prefetch=0", FP32, 520, 16384),
-    ("minb=2", BF16, 2100, 4096)])
+    ("minb=2", BF16, 2100, 4096), ("ept=16,cta=128,minb=8,prefetch=0,sums=smem", BF16, 4100, 2048),
+    ("ept=16,cta=512,minb=2,prefetch=0,sums=smem", BF16, 1030, 8192)])
 def test_backward_plan_override(override, op, xdt, m, n):
     x = rand((m, n), xdt).requires_grad_()
     w, b = rand((n,), xdt).requires_grad_(), rand((n,), xdt).requires_grad_()

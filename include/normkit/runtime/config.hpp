@@ -27,7 +27,7 @@ struct PlanOverride {
   int min_blocks = 0;        // minb=: CTAs per SM in __launch_bounds__ (caps the registers)
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
-  bool smem_sums = false;    // sums=smem (backward only, with cluster=): their dw/db sums in shared memory
+  bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
   bool any() const { return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums; }
 };
 
