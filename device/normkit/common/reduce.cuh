@@ -11,9 +11,10 @@
 //  - All threads of the CTA (all CTAs of the cluster) must call block/cluster
 //    reductions the same number of times: they contain barriers.
 //
-// Kernels that walk rows reduce through row_sums_walk: each CTA pushes its partial
-// into every CTA of the cluster with st.async, which counts its bytes on the
-// receiver's mbarrier, and waits on its own mbarrier; no cluster barrier per row.
+// Rows over a cluster (the backward's, which walk rows, and the forward's) reduce
+// through row_sums_walk: each CTA pushes its partial into every CTA of the cluster
+// with st.async, which counts its bytes on the receiver's mbarrier, and waits on its
+// own mbarrier; no cluster barrier per row.
 // A cluster barrier's arrive has release semantics, so it waited for every load the
 // CTA had in flight, the next row's prefetch included: with it, register rows in
 // clusters that prefetched ran at 0.27-0.31x copy (rmsnorm_heuristics.cpp). The
@@ -54,22 +55,13 @@ __device__ __forceinline__ unsigned cluster_address(const void* local, unsigned 
   return remote;
 }
 
-// Writes v to the same shared-memory variable in CTA `rank` of the cluster.
-__device__ __forceinline__ void cluster_store(float* local, unsigned rank, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(cluster_address(local, rank)), "f"(v) : "memory");
-}
-
 // Shared scratch of one row reduction of K sums at once: ROWS independent groups
 // of TPR threads (TPR threads per row, a power of two), each row possibly spread
-// over CLUSTER CTAs.
+// over CLUSTER CTAs (whose partials meet in ClusterPushes).
 template <int ROWS, int TPR, int CLUSTER, int K = 1>
 struct RowReduceStorage {
   static constexpr int WARPS = TPR > 32 ? TPR / 32 : 1;
   float warp_partial[4][ROWS][WARPS][K];  // [SLOT]: ONCE reductions of one kernel use their own
-  // ONCE reductions: slot c holds CTA c's partial, written by CTA c into every
-  // CTA; one set per reduction of the kernel (LayerNorm's forward has two), and
-  // two such pairs for kernels that walk rows and alternate between them.
-  float cta_partials[4][ROWS][CLUSTER][K];
 };
 
 // row_sums_walk's cluster step: step s's partials of the cluster's CTAs arrive in
@@ -99,6 +91,28 @@ __device__ __forceinline__ void row_sums_walk_init(ClusterPushes<ROWS, CLUSTER, 
   }
 }
 
+// row_sums_walk_init split in two, for kernels of few rows a CTA (the forward), so
+// that the cluster barrier's latency hides behind the row's loads: _arrive first,
+// then _ready before the first row_sums_walk. Every thread of every CTA calls each
+// once. Such kernels need no row_sums_walk_exit: every CTA makes the same calls and
+// waits for every push of its last one, so none can arrive after it.
+template <int ROWS, int CLUSTER, int K>
+__device__ __forceinline__ void row_sums_walk_arrive(ClusterPushes<ROWS, CLUSTER, K>& pushes) {
+  if constexpr (CLUSTER > 1) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int d = 0; d < 2; ++d)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&pushes.arrived[d])) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
+}
+template <int CLUSTER>
+__device__ __forceinline__ void row_sums_walk_ready() {
+  if constexpr (CLUSTER > 1) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
 // ... and this last (a cluster barrier): no CTA exits while another may still
 // push into it.
 template <int CLUSTER>
@@ -125,42 +139,24 @@ __device__ __forceinline__ void warp_partials_sum(float (&v)[K], int sub, int la
   }
 }
 
-// Sums of v[0..K) over the TPR threads of row `sub` (and over the cluster's CTAs),
-// each in the order a single sum would take: K sums cost one set of barriers.
+// Sums of v[0..K) over the TPR threads of row `sub` of one CTA, each in the order a
+// single sum would take: K sums cost one set of barriers. Rows over a cluster take
+// row_sums_walk.
 //
-// ONCE: the kernel calls it at most once per SLOT (0-3) in each CTA (one row
-// per CTA, then exits), or alternates between slot sets from one row to the next
-// (a pipelined kernel: a CTA reuses a slot two rows later, after a barrier of the
-// row between that every CTA reaches only once it has read the slot). The cluster step then pushes each CTA's partial into
-// every CTA's shared memory and needs one cluster barrier instead of two: after
-// it no CTA reads or writes that slot set remotely again, so any CTA may go on or
-// exit. Kernels that reduce again in one slot (walking rows) must not use it,
-// since a fast CTA's next push could overwrite a value a slower one has not read
-// yet; over a cluster they take row_sums_walk.
+// ONCE: the kernel calls it at most once per SLOT (0-3) in each CTA (one row per
+// CTA, then exits), or alternates between slot sets from one row to the next (a
+// pipelined kernel: a CTA reuses a slot two rows later, after a barrier of the row
+// between): no barrier ends the call.
 template <int ROWS, int TPR, int CLUSTER, bool ONCE = false, int SLOT = 0, int K>
 __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row,
                                          RowReduceStorage<ROWS, TPR, CLUSTER, K>& s) {
   constexpr int WIDTH = TPR < 32 ? TPR : 32;
   static_assert(SLOT >= 0 && SLOT < 4, "four slot sets");
-  static_assert(ONCE || CLUSTER == 1, "kernels that walk rows over a cluster reduce with row_sums_walk");
+  static_assert(CLUSTER == 1, "rows over a cluster reduce with row_sums_walk");
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = group_sum<WIDTH>(v[k]);
   if constexpr (TPR > 32) warp_partials_sum(v, sub, lane_in_row, s, SLOT);
-  if constexpr (CLUSTER > 1 && ONCE) {
-    if (lane_in_row < CLUSTER) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) cluster_store(&s.cta_partials[SLOT][sub][cluster_rank()][k], lane_in_row, v[k]);
-    }
-    cluster_sync();  // every push has landed; nothing remote is touched after this
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      v[k] = 0.f;
-#pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) v[k] += s.cta_partials[SLOT][sub][r][k];
-    }
-  } else if constexpr (TPR > 32 && !ONCE) {
-    __syncthreads();  // warp_partial is reused by the next call
-  }
+  if constexpr (TPR > 32 && !ONCE) __syncthreads();  // warp_partial is reused by the next call
 }
 
 

@@ -100,7 +100,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 #endif
   static_assert(!SHIFT || Cfg::ROWS == 1, "one row per cluster: its CTAs make one decision on the same sums");
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, SHIFT ? 2 : 1> reduce_storage;
+  __shared__ ClusterPushes<Cfg::ROWS, Cfg::CLUSTER, SHIFT ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
   const RowThread<Cfg> t = RowThread<Cfg>::make();
+  // Rows over a cluster reduce through row_sums_walk's pushes (reduce.cuh): a cluster
+  // barrier a row (row_sums' ONCE step) put a MEMBAR.ALL.GPU before its arrive, which
+  // waits for the CTA's stores in flight (residual_out's, stored before the
+  // reduction), and a CCTL.IVALL after its wait (ptxas sm_90a, nvdisasm 13.2). The
+  // barrier that orders the mbarriers' init before the first push is split: arrived
+  // at here, waited for just before the first push, after the row's loads.
+  unsigned step = 0;  // row_sums_walk's count of this CTA's reductions
+  row_sums_walk_arrive(cluster_pushes);
+  // Sums of v over the row: row_sums' ONCE step in SLOT (one CTA a row), or
+  // row_sums_walk (a cluster).
+  auto reduce = [&](auto slot_tag, auto& v) {
+    if constexpr (Cfg::CLUSTER > 1) {
+      if (step == 0) row_sums_walk_ready<Cfg::CLUSTER>();
+      row_sums_walk(v, t.sub, t.lane, reduce_storage, cluster_pushes, step++);
+    } else {
+      row_sums<Cfg::ROWS, Cfg::TPR, 1, true, decltype(slot_tag)::value>(v, t.sub, t.lane, reduce_storage);
+    }
+  };
 
   // PARAMS_SMEM: the slice's weight, then its bias, each owned item's vector at its
   // slice_vector (host: RowPlan::smem_bytes = SLICE_V * (W_ITEM + B_ITEM) bytes).
@@ -339,7 +358,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       float sums[2] = {0.f, 0.f};
       shifted_sums(shift, true, sums);
       store_held_residual_out();
-      row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sums, t.sub, t.lane, reduce_storage);
+      reduce(IntTag<SLOT0>{}, sums);
       ShiftedMoments m = moments_from_shifted_sums(shift, sums[0], sums[1], static_cast<float>(Cfg::N));
       if (m.exact_needed) {
         // The shift was too far from the mean (an outlier first column, a constant
@@ -349,7 +368,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         // cluster has the same sums.
         float again[2] = {0.f, 0.f};
         shifted_sums(m.mean, false, again);
-        row_sums<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(again, t.sub, t.lane, reduce_storage);
+        reduce(IntTag<SLOT0 + 1>{}, again);
         m = moments_from_shifted_sums(m.mean, again[0], again[1], static_cast<float>(Cfg::N));
         m.m2 = fmaxf(m.m2, 0.f);
       }
@@ -393,7 +412,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         for (int i = 0; i < VEC; ++i) sum += CENTER ? v[i] : v[i] * v[i];
       });
       store_held_residual_out();
-      sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0>(sum, t.sub, t.lane, reduce_storage);
+      float one[1] = {sum};
+      reduce(IntTag<SLOT0>{}, one);
+      sum = one[0];
       if constexpr (CENTER) {
         // The variance around the mean: a second pass over the register-resident row.
         mean = sum / static_cast<float>(Cfg::N);
@@ -405,7 +426,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 #pragma unroll
           for (int i = 0; i < VEC; ++i) sq += (v[i] - mean) * (v[i] - mean);
         });
-        sum = row_sum<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, true, SLOT0 + 1>(sq, t.sub, t.lane, reduce_storage);
+        float sq1[1] = {sq};
+        reduce(IntTag<SLOT0 + 1>{}, sq1);
+        sum = sq1[0];
       }
     }
     // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
