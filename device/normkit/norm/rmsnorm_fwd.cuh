@@ -540,6 +540,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       finish_row(IntTag<2>{}, at_b, raw_b);
     }
   }
+  // A cluster that had no row (the grid never has more than the rows, but in case)
+  // still waits once on the barrier it arrived at.
+  if constexpr (Cfg::CLUSTER > 1) {
+    if (step == 0) row_sums_walk_ready<Cfg::CLUSTER>();
+  }
 }
 
 }  // namespace nk
