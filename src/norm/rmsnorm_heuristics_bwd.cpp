@@ -101,8 +101,10 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 // - 16-bit rows from N=32768 at two vectors a thread, the sums in shared memory:
 //   RMSNorm with and without dresidual_out (at N=32768 in two 1024-thread CTAs),
 //   LayerNorm without it up to N=131072;
-// - LayerNorm's 16-bit rows with dresidual_out at N=16385-32768: one vector a thread,
-//   the sums in registers, a cluster of eight.
+// - LayerNorm's 16-bit rows with dresidual_out at N=32768-65536: two vectors a thread,
+//   the sums in shared memory, one 512-thread CTA per SM (NORMKIT_SMEM_SUMS=0, and
+//   RMSNorm's with it: at N=16385-32768 one vector a thread, the sums in registers, a
+//   cluster of eight).
 // H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=cluster=...,
 // two runs each in one call (docs/perf/h200-2026-11-30h.md and -2026-11-30.md):
 //   RMSNorm fp32 N=32768 (cluster=8,cta=512,minb=2,prefetch=0) 0.651 -> 0.830, with
@@ -125,7 +127,10 @@ void plan_split(const RowPlanInputs& in, RowPlan& p) {
 //   0.486 -> 0.636, 65536 0.511 -> 0.611, 131072 0.520 -> 0.563, 262144 0.480 -> 0.476
 //   (not planned).
 //   LayerNorm bf16 with dresidual_out N=32768 (cluster=8, sums in registers): 0.575
-//   -> 0.616.
+//   -> 0.616; then at one 512-thread CTA per SM with sums=smem (backward-ln-dro-
+//   clusters.txt at 8dfc416, docs/perf/h200-2026-11-30j.md) N=32768 (cluster=4) 0.602
+//   -> 0.626, 65536 (cluster=8, against the split rows) 0.577 -> 0.601; N=131072
+//   (cluster=16) lost, 0.573 -> 0.521.
 //   Fewer, larger CTAs (backward-clusters-3.txt, at c1d3721): RMSNorm bf16 N=32768 in
 //   two 1024-thread CTAs (cluster=2,cta=1024,minb=1, sums=smem) 0.739 -> 0.758, with
 //   dresidual_out 0.874 -> 0.910 (at N=65536 and 131072 four and eight such CTAs lost
@@ -174,9 +179,8 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
       // LayerNorm without dresidual_out: 512-thread CTAs of four vectors (one per SM).
       if (in.center && !in.residual && smem) c.threads = 512;
     }
-  } else if (in.x_bytes == 2 && in.residual && (in.center || !smem) && tpr8 > 2048 && tpr8 <= 4096) {
-    // One vector a thread, the sums in registers (LayerNorm's at two vectors, with
-    // the sums in shared memory, spilled).
+  } else if (in.x_bytes == 2 && in.residual && !smem && tpr8 > 2048 && tpr8 <= 4096) {
+    // One vector a thread, the sums in registers.
     c.cluster = 8;
     c.threads = 512;
     c.min_blocks = 2;
@@ -194,6 +198,11 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
       c.cluster = static_cast<int>(tpr16 / 512);
       c.threads = 512;
       c.min_blocks = 2;
+    } else if (in.center && in.residual && tpr16 / 512 <= 8) {
+      // LayerNorm with dresidual_out: one CTA per SM (two spilled 12-32 bytes).
+      c.cluster = static_cast<int>(tpr16 / 512);
+      c.threads = 512;
+      c.min_blocks = 1;
     } else if (tpr16 / 1024 <= 16 && !in.center) {
       c.cluster = static_cast<int>(tpr16 / 1024);
       c.threads = 1024;
@@ -223,13 +232,25 @@ ClusterRows plan_cluster_rows(const RowPlanInputs& in, int vec, std::int64_t tpr
 //   0.822, 1024 0.776 -> 0.800, 2048 0.762 -> 0.796.
 // And RMSNorm's 16-bit rows with dw alone at N=4097-8192 (the ring's 512-thread
 // CTAs, two per SM): ept=16,cta=512,minb=2 (63 registers) 0.808 -> 0.877.
+// Then (backward-plain-smem-sums.txt and backward-ln-plain-odd.txt at 8dfc416,
+// docs/perf/h200-2026-11-30j.md), LayerNorm with dw and db:
+//   with dresidual_out and the sums in shared memory (sums=smem, 64-80 registers):
+//   N=2048 ept=16,cta=128,minb=8 0.798 -> 0.858; 4096 ept=16,cta=256,minb=4 (own:
+//   plan_rows' smem_sums32) 0.784 -> 0.863; 8192 ept=16,cta=512,minb=2 0.877 ->
+//   0.889; not at N=1024 (ept=16,cta=64,minb=12 0.799 -> 0.793) nor without
+//   dresidual_out (0.74-0.78 against 0.81-0.85 own);
+//   without dresidual_out at N between powers of two, ept=32,cta=128,minb=4 (tpr a
+//   power of two, three vectors a thread): N=1536 0.564 -> 0.778, 3072 0.649 -> 0.783;
+//   not at 5120 and 6144 (ept=32,cta=256,minb=2 0.758 -> 0.699, 0.785 -> 0.758) nor
+//   12288 (ept=32,cta=512,minb=1 0.670 -> 0.681, within noise of a rule).
 // They lost or tied elsewhere: LayerNorm with dresidual_out N=4096 (ept=16,cta=256,
 // minb=3 0.786 -> 0.791) and 8192 (0.875 own; ept=32,cta=256 one CTA per SM 0.699,
 // two spilled), without it ept=32,cta=256,minb=1 at N=8192 (0.563), ept=8 at any N
 // (0.65-0.78); RMSNorm with dresidual_out N=2048 (ept=16,cta=128,minb=6 0.836 ->
 // 0.847, within the runs' spread: not planned). Not measured, so not planned:
 // sm_80/sm_100, N < 256, rows whose vectors are not 16 bytes, mixed x and dout
-// dtypes, a separate dresidual, calls of few rows, N that is not a power of two.
+// dtypes, a separate dresidual, calls of few rows, other N that are not a power of
+// two, LayerNorm without db with the sums in shared memory.
 RowPlanInputs with_plain16_rows(const RowPlanInputs& in) {
   if (!in.backward || in.arch != 90 || in.x_bytes != 2 || in.dout_bytes != 2 || !in.param_grads || in.few_rows ||
       in.dresidual_output || in.n < 256 || in.n % 8 != 0 || in.max_vec < 8 || in.forced_elems_per_thread ||
@@ -237,28 +258,40 @@ RowPlanInputs with_plain16_rows(const RowPlanInputs& in) {
     return in;
   struct Shape {
     int ept, cta, minb;
+    bool smem_sums = false;
   };
   Shape s{0, 0, 0};
+  const bool smem = in.smem_sums_allowed;
+  // N between powers of two (LayerNorm without dresidual_out): measured at 1536 and
+  // 3072 (a power-of-two number of threads, three vectors each); 5120 and 6144 lost.
+  const bool odd_ok = in.center && !in.residual && in.n > 1024 && in.n <= 3072;
   if (in.center && !in.residual) {
     s = in.n <= 512 ? Shape{16, 128, 6}
         : in.n <= 4096 ? Shape{32, 128, 4}
         : in.n <= 8192 ? Shape{32, 256, 2}
         : in.n <= 16384 ? Shape{32, 512, 1}
                         : s;
-  } else if (in.center && in.n <= 2048) {
+  } else if (in.center && in.n <= 1024) {
     s = Shape{16, 128, 6};
+  } else if (in.center && in.n <= 2048) {
+    s = smem && in.dbias ? Shape{16, 128, 8, true} : Shape{16, 128, 6};
+  } else if (in.center && in.dbias && in.n <= 8192 && smem) {
+    s = in.n <= 4096 ? Shape{16, 256, 4, true} : Shape{16, 512, 2, true};
   } else if (!in.center && !in.dbias && !in.residual && in.n > 4096 && in.n <= 8192) {
     s = Shape{16, 512, 2};
   }
-  // Every thread's vectors in the row: a thread's partly empty last vector spilled
-  // 8-80 bytes (N=1000 with dresidual_out at ept=16,minb=6, ptxas sm_90a).
-  const std::int64_t items = s.ept / 8, nv = in.n / 8;
-  if (s.ept == 0 || nv % items != 0 || next_pow2(nv / items) != nv / items) return in;
+  // Every thread's vectors in the row (the row's threads are a power of two): a
+  // thread's partly empty last vector spilled 8-80 bytes (N=1000 with dresidual_out at
+  // ept=16,minb=6, ptxas sm_90a).
+  if (s.ept == 0) return in;
+  const std::int64_t items = s.ept / 8, nv = in.n / 8, tpr = next_pow2(nv / items);
+  if (nv % items != 0 || nv % tpr != 0 || (!odd_ok && tpr != nv / items)) return in;
   RowPlanInputs out = in;
   out.forced_elems_per_thread = s.ept;
   out.forced_cta_threads = s.cta;
   out.forced_min_blocks = s.minb;
   out.forced_no_prefetch = true;
+  out.forced_smem_sums = s.smem_sums;
   return out;
 }
 

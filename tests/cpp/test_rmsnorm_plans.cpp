@@ -209,8 +209,9 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   ln.center = true;
   ln.dbias = bf16;
   // Without dresidual_out the register pipeline holds them; with it, the ring where
-  // shared-memory sums are off (NORMKIT_SMEM_SUMS=0), else 128 threads of 32 columns
-  // with the sums in shared memory (smem_sums32), five CTAs per SM.
+  // shared-memory sums are off (NORMKIT_SMEM_SUMS=0), else 256 threads of 16 columns
+  // with the sums in shared memory, four CTAs per SM (with_plain16_rows; plan_rows'
+  // own smem_sums32 is 128 threads of 32 columns, five CTAs per SM).
   const RowPlan p = plan_bwd(ln, 8, 100);
   EXPECT_TRUE(p.prefetch && !p.async_rows) << p.str();
   EXPECT_EQ(p.tpr, 256) << p.str();
@@ -218,7 +219,7 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   RmsBwdSpec ln_res = ln;
   ln_res.dresidual_out = bf16;
   const RowPlan sums = plan_bwd(ln_res, 8, 90);
-  EXPECT_TRUE(sums.smem_sums && sums.threads() == 128 && sums.min_blocks == 5) << sums.str();
+  EXPECT_TRUE(sums.smem_sums && sums.threads() == 256 && sums.min_blocks == 4 && !sums.async_rows) << sums.str();
   EXPECT_EQ(sums.smem_bytes, 2 * 4096 * 4) << sums.str();
   ln_res.smem_sums_allowed = false;
   const RowPlan r = plan_bwd(ln_res, 8, 90);
@@ -359,7 +360,8 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
   // 16-bit rows with dw alone up to N=32768: a pair of 512-thread CTAs holding 32
   // columns a thread and their dw sums in registers (sm_100; sm_90 takes a cluster
   // of two 1024-thread CTAs at 16 columns, plan_cluster_rows); not with db; with
-  // dresidual_out the same cluster on sm_90 (LayerNorm's: eight), the stash beyond.
+  // dresidual_out the same cluster on sm_90 (LayerNorm's: four, one CTA per SM), the
+  // stash beyond.
   for (const DType x : {bf16, f16}) {
     EXPECT_EQ(plan(32768, x, true, false, "sm_90a", 8, true).cluster, 2);
     const RowPlan pair = plan(32768, x, true, false, "sm_100a", 8, true);
@@ -372,7 +374,7 @@ TEST(RmsNormPlan, LongRowsUseClustersOnlyWhereTheTargetHasThem) {
     EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 2) << plan_bwd(res, 8, 90).str();
     EXPECT_TRUE(plan_bwd(res, 8, 100).stash) << plan_bwd(res, 8, 100).str();
     res.center = true;
-    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 8) << plan_bwd(res, 8, 90).str();
+    EXPECT_EQ(plan_bwd(res, 8, 90).cluster, 4) << plan_bwd(res, 8, 90).str();
   }
   for (const auto& [n, x, grads] : {std::tuple{32768L, bf16, false}, {32768L, f32, false}}) {
     const RowPlan p = plan(n, x, true, false, "sm_90a", 8, grads);
@@ -524,8 +526,8 @@ TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
 // then 1024-thread CTAs, LayerNorm's with dresidual_out (and at 1024 threads all of
 // LayerNorm's) with the sums in shared memory; 16-bit rows at two vectors a thread
 // with the sums in shared memory (RMSNorm with and without dresidual_out up to
-// N=262144, LayerNorm without it up to 131072); LayerNorm's 16-bit rows with
-// dresidual_out at N=32768 at one vector, sums in registers. NORMKIT_SMEM_SUMS=0
+// N=262144, LayerNorm without it up to 131072, with it at N=32768-65536 one CTA per
+// SM). NORMKIT_SMEM_SUMS=0
 // keeps the sums in registers where those measured (or no cluster). Not on sm_80 or
 // sm_100, not with a separate dresidual, not in calls of few rows, not fp32
 // N=262144, not under overrides of ept=/cta=.
@@ -554,7 +556,8 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
                         Want{spec(262144, bf16, false, true), 16, 1024, 1, true},
                         Want{spec(32768, bf16, true, false), 4, 512, 2, true},
                         Want{spec(131072, bf16, true, false), 16, 512, 2, true},
-                        Want{spec(32768, bf16, true, true), 8, 512, 2, false}}) {
+                        Want{spec(32768, bf16, true, true), 4, 512, 1, true},
+                        Want{spec(65536, bf16, true, true), 8, 512, 1, true}}) {
     const RowPlan p = plan_bwd(w.spec, 8, 90);
     EXPECT_TRUE(p.regs && p.row_sums && !p.stash && !p.split && !p.prefetch) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.cluster, w.cluster) << w.spec.n << " " << p.str();
@@ -594,21 +597,23 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     }
   }
   // NORMKIT_SMEM_SUMS=0: LayerNorm fp32 with dresidual_out one CTA per SM with the
-  // next row prefetched (N <= 65536), 16-bit RMSNorm with dresidual_out a cluster of
+  // next row prefetched (N <= 65536), 16-bit rows with dresidual_out a cluster of
   // eight at one vector (N=32768); none where the sums spilled in registers.
   RmsBwdSpec off = spec(65536, f32, true, true);
   off.smem_sums_allowed = false;
   RowPlan p = plan_bwd(off, 8, 90);
   EXPECT_TRUE(p.cluster == 16 && p.min_blocks == 1 && p.prefetch && !p.smem_sums) << p.str();
-  off = spec(32768, bf16, false, true);
-  off.smem_sums_allowed = false;
-  p = plan_bwd(off, 8, 90);
-  EXPECT_TRUE(p.cluster == 8 && p.threads() == 512 && !p.smem_sums) << p.str();
+  for (const bool center : {false, true}) {
+    off = spec(32768, bf16, center, true);
+    off.smem_sums_allowed = false;
+    p = plan_bwd(off, 8, 90);
+    EXPECT_TRUE(p.cluster == 8 && p.threads() == 512 && p.min_blocks == 2 && !p.smem_sums) << p.str();
+  }
   for (RmsBwdSpec s : {spec(131072, f32, true, true), spec(65536, bf16, false, true), spec(32768, bf16, true, false)}) {
     s.smem_sums_allowed = false;
     EXPECT_FALSE(plan_bwd(s, 8, 90).regs && plan_bwd(s, 8, 90).cluster > 2) << s.n << " " << plan_bwd(s, 8, 90).str();
   }
-  for (const RmsBwdSpec& s : {spec(65536, bf16, true, true), spec(262144, bf16, true, false),
+  for (const RmsBwdSpec& s : {spec(131072, bf16, true, true), spec(262144, bf16, true, false),
                               spec(262144, f32, false, false)}) {
     p = plan_bwd(s, 8, 90);
     EXPECT_FALSE(p.regs && p.cluster > 2) << s.n << " " << p.str();
@@ -627,10 +632,12 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
 }
 
 // 16-bit backward rows of one CTA as plain register rows on sm_90 (with_plain16_rows):
-// LayerNorm without dresidual_out up to N=16384 and with it up to 2048, RMSNorm with
+// LayerNorm without dresidual_out up to N=16384 (and at N=1536-3072 that are
+// multiples of 512) and with it up to 8192 (from 2048 with the sums in shared memory;
+// NORMKIT_SMEM_SUMS=0 keeps N=2048's register sums and plans no more), RMSNorm with
 // dw alone at N=4097-8192, each at the shape measured; not on sm_80/sm_100, not for
-// N between powers of two, N < 256, calls of few rows, a separate dresidual, fp32
-// rows, or when NORMKIT_BACKWARD_PLAN forces any part of the plan.
+// other N between powers of two, N < 256, calls of few rows, a separate dresidual,
+// fp32 rows, or when NORMKIT_BACKWARD_PLAN forces any part of the plan.
 TEST(RmsNormPlan, BackwardPlainSixteenBitRowsWhereMeasured) {
   auto spec = [](std::int64_t n, bool center, bool dro) {
     RmsBwdSpec s = plain_bwd_spec(n, bf16);
@@ -639,26 +646,30 @@ TEST(RmsNormPlan, BackwardPlainSixteenBitRowsWhereMeasured) {
     if (dro) s.dresidual_out = bf16;
     return s;
   };
-  auto plain = [](const RowPlan& p) {
-    return p.regs && p.row_sums && !p.async_rows && !p.prefetch && !p.smem_sums && p.cluster == 1;
+  auto plain = [](const RowPlan& p, bool smem_sums = false) {
+    return p.regs && p.row_sums && !p.async_rows && !p.prefetch && p.cluster == 1 && p.smem_sums == smem_sums;
   };
   struct Want {
     RmsBwdSpec spec;
     int threads, columns, min_blocks;  // columns: a thread's, tpr * columns = N
+    bool smem_sums = false;
   };
-  for (const Want& w : {Want{spec(256, true, false), 128, 16, 6}, Want{spec(512, true, false), 128, 16, 6},
-                        Want{spec(1024, true, false), 128, 32, 4}, Want{spec(4096, true, false), 128, 32, 4},
-                        Want{spec(8192, true, false), 256, 32, 2}, Want{spec(16384, true, false), 512, 32, 1},
-                        Want{spec(256, true, true), 128, 16, 6}, Want{spec(2048, true, true), 128, 16, 6},
-                        Want{spec(8192, false, false), 512, 16, 2}}) {
+  for (const Want& w :
+       {Want{spec(256, true, false), 128, 16, 6}, Want{spec(512, true, false), 128, 16, 6},
+        Want{spec(1024, true, false), 128, 32, 4}, Want{spec(1536, true, false), 128, 24, 4},
+        Want{spec(3072, true, false), 128, 24, 4}, Want{spec(4096, true, false), 128, 32, 4},
+        Want{spec(8192, true, false), 256, 32, 2}, Want{spec(16384, true, false), 512, 32, 1},
+        Want{spec(256, true, true), 128, 16, 6}, Want{spec(1024, true, true), 128, 16, 6},
+        Want{spec(2048, true, true), 128, 16, 8, true}, Want{spec(4096, true, true), 256, 16, 4, true},
+        Want{spec(8192, true, true), 512, 16, 2, true}, Want{spec(8192, false, false), 512, 16, 2}}) {
     const RowPlan p = plan_bwd(w.spec, 8, 90);
-    EXPECT_TRUE(plain(p)) << w.spec.n << " " << p.str();
+    EXPECT_TRUE(plain(p, w.smem_sums)) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.threads(), w.threads) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.tpr * w.columns, w.spec.n) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
     for (const int arch : {80, 100}) {
       const RowPlan other = plan_bwd(w.spec, 8, arch);
-      EXPECT_FALSE(plain(other) && other.min_blocks == w.min_blocks && other.threads() == w.threads &&
+      EXPECT_FALSE(plain(other, w.smem_sums) && other.min_blocks == w.min_blocks && other.threads() == w.threads &&
                    other.tpr == p.tpr)
           << arch << " " << w.spec.n << " " << other.str();
     }
@@ -672,17 +683,24 @@ TEST(RmsNormPlan, BackwardPlainSixteenBitRowsWhereMeasured) {
     odd.n = w.spec.n - 8;  // whole vectors, not a power of two
     for (const RmsBwdSpec& s : {few, dres, forced, odd}) {
       const RowPlan q = plan_bwd(s, 8, 90);
-      EXPECT_FALSE(q.min_blocks == w.min_blocks && q.threads() == w.threads && q.tpr == p.tpr && plain(q))
+      EXPECT_FALSE(q.min_blocks == w.min_blocks && q.threads() == w.threads && q.tpr == p.tpr && plain(q, w.smem_sums))
           << s.n << " " << q.str();
     }
   }
   // Not planned: RMSNorm with dresidual_out (N=2048) or outside N=4097-8192, LayerNorm
-  // with dresidual_out beyond N=2048, N < 256, fp32 rows. Their plans keep the ring,
+  // with dresidual_out beyond N=8192, N < 256, N=5120, fp32 rows. Their plans keep the ring,
   // the shared-memory sums or the register sums of plan_rows.
   for (const RmsBwdSpec& s : {spec(2048, false, true), spec(4096, false, false), spec(16384, false, false),
-                              spec(4096, true, true), spec(8192, true, true), spec(128, true, false)}) {
+                              spec(16384, true, true), spec(128, true, false), spec(5120, true, false),
+                              spec(2560, true, false)}) {
     const RowPlan p = plan_bwd(s, 8, 90);
     EXPECT_TRUE(p.async_rows || p.smem_sums || p.prefetch || p.min_blocks == 7 || p.tpr < 16) << s.n << " " << p.str();
+  }
+  for (const auto& [n, planned] : {std::pair{2048L, true}, {4096L, false}}) {
+    RmsBwdSpec s = spec(n, true, true);
+    s.smem_sums_allowed = false;
+    const RowPlan p = plan_bwd(s, 8, 90);
+    EXPECT_EQ(plain(p) && !p.smem_sums && p.threads() == 128 && p.min_blocks == 6, planned) << n << " " << p.str();
   }
   RmsBwdSpec f32_rows = spec(4096, true, false);
   f32_rows.x = f32_rows.dout = f32_rows.dx = f32;

@@ -453,8 +453,9 @@ def test_backward_rows_over_a_cluster(override, op, xdt, m, n):
             ln_check(layernorm, x, w, rand((n,), xdt).requires_grad_(), label=override)
 
 
-# The backward's own plans measured at 201f760 (sm_90): plain register rows for
-# 16-bit LayerNorm up to N=16384 (with dresidual_out up to 2048) and RMSNorm N=8192
+# The backward's own plans measured at 201f760 and 8dfc416 (sm_90): plain register rows
+# for 16-bit LayerNorm up to N=16384 and at N=1536 and 3072 (with dresidual_out up to
+# 8192, from 2048 with the dw/db sums in shared memory) and RMSNorm N=8192
 # (with_plain16_rows), cluster rows with their dw/db sums in shared memory for 16-bit
 # rows from N=32768 and LayerNorm's fp32 rows with dresidual_out (plan_cluster_rows).
 # prenorm: residual_out's gradient is the kernel's dresidual_out (the residual does
@@ -463,7 +464,8 @@ def test_backward_rows_over_a_cluster(override, op, xdt, m, n):
 # clusters different numbers of rows.
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("prenorm", [False, True], ids=["plain", "dresidual_out"])
-@pytest.mark.parametrize("xdt,n", [(BF16, 256), (BF16, 1024), (BF16, 2048), (BF16, 4096), (BF16, 8192),
+@pytest.mark.parametrize("xdt,n", [(BF16, 256), (BF16, 1024), (BF16, 1536), (BF16, 2048), (BF16, 3072),
+                                   (BF16, 4096), (BF16, 8192),
                                    (BF16, 16384), (BF16, 32768), (BF16, 65536), (BF16, 131072), (BF16, 262144),
                                    (FP32, 32768), (FP32, 131072)])
 def test_backward_own_plans_of_plain_and_shared_sum_rows(op, prenorm, xdt, n):
