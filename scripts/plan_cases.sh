@@ -12,6 +12,8 @@
 # $OUT: plan_cases.jsonl (one line per case, round and normkit row: label, override,
 # round, op, direction, dtype, residual, M, N, status, ratio_to_copy, us, reason),
 # plan_cases.log, and a summary at the end of the log: the mean ratio per case and row.
+# Decode shapes (--decode-shapes) come as rows of kind "latency" whose ratio_to_copy is
+# the copy's graph-replay time over normkit's (us: normkit's time per call).
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 cd "$(dirname "$0")/.." || exit 2
@@ -56,6 +58,14 @@ with open(out, "a") as f:
                             "direction": r["direction"], "dtype": r["dtype"], "residual": r["residual"],
                             "M": r["M"], "N": r["N"], "status": r["status"], "ratio_to_copy": r.get("ratio_to_copy"),
                             "us": r.get("us"), "reason": r.get("reason")}) + "\n")
+    # Decode shapes (--decode-shapes): graph-replay time; ratio_to_copy is the copy's time over it.
+    for r in doc.get("latency", []):
+        us = r["us"].get("normkit")
+        f.write(json.dumps({"label": label, "override": override, "round": rnd, "op": r["op"],
+                            "direction": r["direction"], "dtype": r["dtype"], "residual": r["residual"],
+                            "M": r["M"], "N": r["N"], "status": "ok" if us else "failed",
+                            "ratio_to_copy": r["copy_us"] / us if us else None, "us": us,
+                            "reason": None, "kind": "latency"}) + "\n")
 PY
   done <"$cases"
 done
@@ -65,7 +75,8 @@ import collections, json, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    key = (r["op"], r["direction"], r["dtype"], "res" if r["residual"] else "-", r["N"], r["label"], r["override"] or "-")
+    shape = f"M={r['M']},N={r['N']}" if r.get("kind") == "latency" else f"{r['N']:>6}"
+    key = (r["op"], r["direction"], r["dtype"], "res" if r["residual"] else "-", shape, r["label"], r["override"] or "-")
     runs[key].append(r["ratio_to_copy"] if r["status"] == "ok" else None)
 for key in sorted(runs):
     vals = [v for v in runs[key] if v is not None]

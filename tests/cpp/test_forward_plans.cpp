@@ -221,3 +221,52 @@ TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
   plain.plan_override.no_prefetch = true;
   EXPECT_FALSE(plan_fwd(plain, 8, 90).prefetch);
 }
+
+// Decode calls (few rows) at N=4096 and 8192 on sm_90 (with_decode_rows): 16-bit
+// N=4096 rows over 256 threads of two vectors; fp32 rows and N=8192 over a cluster
+// of CTAs of two vectors a thread (a row's slice of RMSNorm 128 threads, two rows'
+// slices a CTA; LayerNorm's 256), with and without a residual. Not for calls of many
+// rows, other N, sm_80/sm_100, weights of another dtype, or under NORMKIT_FORWARD_PLAN.
+TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
+  struct Want {
+    std::int64_t n;
+    DType x;
+    bool center;
+    int tpr, cta_threads, cluster;  // tpr: the threads of a row's slice in one CTA
+  };
+  for (const Want& w : {Want{4096, bf16, false, 256, 256, 1}, Want{4096, bf16, true, 256, 256, 1},
+                        Want{8192, bf16, false, 128, 256, 8}, Want{8192, bf16, true, 256, 256, 4},
+                        Want{4096, f32, false, 128, 256, 4}, Want{4096, f32, true, 256, 256, 2},
+                        Want{8192, f32, false, 128, 256, 8}, Want{8192, f32, true, 256, 256, 4}}) {
+    for (const bool residual : {false, true}) {
+      RmsFwdSpec f = norm_fwd_spec(w.n, w.x, w.x, w.center, residual ? std::optional<DType>(w.x) : std::nullopt,
+                                   false);
+      f.few_rows = true;
+      const RowPlan p = plan_fwd(f, 8, 90);
+      EXPECT_TRUE(p.regs && p.rows == w.cta_threads / w.tpr) << w.n << " " << p.str();
+      EXPECT_EQ(p.tpr, w.tpr) << w.n << " " << p.str();
+      EXPECT_EQ(p.cluster, w.cluster) << w.n << " " << p.str();
+      EXPECT_EQ(p.threads(), w.cta_threads) << w.n << " " << p.str();
+      RmsFwdSpec many = f;
+      many.few_rows = false;
+      RmsFwdSpec forced = f;
+      forced.plan_override.min_blocks = 1;
+      RmsFwdSpec other_weight = f;
+      other_weight.weight = w.x == f32 ? bf16 : f32;
+      for (const RmsFwdSpec& s : {many, forced, other_weight}) {
+        const RowPlan q = plan_fwd(s, 8, 90);
+        EXPECT_FALSE(q.tpr == w.tpr && q.cluster == w.cluster && q.threads() == w.cta_threads)
+            << w.n << " " << q.str();
+      }
+      for (const int arch : {80, 100}) {
+        const RowPlan q = plan_fwd(f, 8, arch);
+        EXPECT_FALSE(q.tpr == w.tpr && q.cluster == w.cluster && q.threads() == w.cta_threads)
+            << arch << " " << w.n << " " << q.str();
+      }
+    }
+  }
+  RmsFwdSpec other_n = plain_fwd_spec(2048, bf16);
+  other_n.few_rows = true;
+  RmsFwdSpec many_n = plain_fwd_spec(2048, bf16);
+  EXPECT_EQ(plan_fwd(other_n, 8, 90).tpr, plan_fwd(many_n, 8, 90).tpr);
+}

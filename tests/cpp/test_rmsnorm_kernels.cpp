@@ -505,3 +505,29 @@ TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 272);  // the rules' kernels: a rule that stops applying shows here
 }
+
+// Decode calls' own plans at N=4096 and 8192 on sm_90 (with_decode_rows): RMSNorm and
+// LayerNorm, bf16 and fp32, with and without a residual, statistics stored or not
+// (a training step of few rows), without spills on sm_90a.
+TEST_F(RmsNormKernelSweep, DecodeRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (std::int64_t n : {4096, 8192}) {
+    for (const DType x : {bf16, f32}) {
+      for (const bool center : {false, true}) {
+        for (const bool residual : {false, true}) {
+          for (const bool stats : {false, true}) {
+            RmsFwdSpec f =
+                norm_fwd_spec(n, x, x, center, residual ? std::optional<DType>(x) : std::nullopt, stats);
+            f.few_rows = true;
+            f.plan = plan_fwd(f, 8, 90);
+            EXPECT_TRUE(f.plan.threads() == 256 && (x == bf16 && n == 4096 ? f.plan.cluster == 1 : f.plan.cluster > 1))
+                << n << " " << f.plan.str();
+            expect_fwd_clean(f, "sm_90a");
+            ++kernels;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 32);
+}

@@ -330,9 +330,10 @@ TEST(RmsNormPlan, Fp32BackwardRowsTakeTheMeasuredCtasOnSm90) {
 // Forward calls of few rows (decode) spread their rows over the SMs, one row a CTA,
 // where a row already takes >= 128 threads; many rows keep several rows a CTA.
 TEST(RmsNormPlan, FewRowForwardCallsTakeOneRowPerCta) {
+  // (sm_100: on sm_90 N=4096 decode rows take their own threads, DecodeRowsWhereMeasured.)
   for (const DType x : {bf16, f32}) {
-    const RowPlan many = plan(4096, x, false, false, "sm_90a");
-    const RowPlan few = plan(4096, x, false, false, "sm_90a", 8, false, /*few_rows=*/true);
+    const RowPlan many = plan(4096, x, false, false, "sm_100a");
+    const RowPlan few = plan(4096, x, false, false, "sm_100a", 8, false, /*few_rows=*/true);
     EXPECT_EQ(few.tpr, many.tpr) << few.str();
     EXPECT_GE(few.tpr, 128) << few.str();
     EXPECT_GT(many.rows, 1) << many.str();

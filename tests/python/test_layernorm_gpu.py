@@ -491,6 +491,24 @@ def test_backward_own_plans_of_plain_and_shared_sum_rows(op, prenorm, xdt, n):
         assert torch.equal(g1, g2), f"{label}: {name} differs between two identical backward calls"
 
 
+# Decode calls' own plans at N=4096 and 8192 (with_decode_rows, sm_90): 16-bit N=4096
+# rows over 256 threads, fp32 rows and N=8192 over a cluster of small CTAs; M up to
+# 128 (every call of few rows at N=8192 takes them), statistics stored or not (a
+# training step of few rows), with and without a residual, on poisoned outputs against
+# float64.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("xdt", [BF16, FP32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("stats", [False, True], ids=["no-stats", "stats"])
+@pytest.mark.parametrize("m,n", [(1, 4096), (16, 4096), (200, 4096), (1, 8192), (3, 8192), (128, 8192)])
+def test_decode_rows_own_plans(op, xdt, with_res, stats, m, n):
+    x = rand((m, n), xdt)
+    w = rand((n,), xdt)
+    b = rand((n,), xdt) if op == "layernorm" else None
+    r = rand((m, n), xdt) if with_res else None
+    check_forward(op, x, w, b, r, stats=stats)
+
+
 def test_module_is_a_drop_in(fresh_dynamo):
     theirs = torch.nn.LayerNorm(4096, device="cuda")
     with torch.no_grad():
