@@ -56,13 +56,17 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     s.store_rstd = v.store_rstd;
     s.center = center;
     s.params_smem_allowed = rt::Runtime::instance().config().params_smem;  // as a call would plan
-    // Calls of few rows may take another plan (RowPlan::early_params): both, each once.
+    // Calls of few rows may take another plan (RowPlan::early_params), decode calls
+    // another still (with_decode_rows): each kernel once.
     std::vector<rt::KernelSource> fwd;
-    for (const bool few_rows : {false, true}) {
+    for (const auto& [few_rows, decode_rows] : {std::pair{false, false}, {true, false}, {true, true}}) {
       s.few_rows = few_rows;
+      s.decode_rows = decode_rows;
       s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
       rt::KernelSource k = detail::fwd_source(s);
-      if (fwd.empty() || fwd.front().entry != k.entry) fwd.push_back(std::move(k));
+      bool seen = false;
+      for (const rt::KernelSource& o : fwd) seen = seen || o.entry == k.entry;
+      if (!seen) fwd.push_back(std::move(k));
     }
     return fwd;
   }

@@ -124,13 +124,15 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   spec.store_rstd = a.rstd != nullptr || mean != nullptr;
   spec.center = kind.center;
   spec.few_rows = a.shape.rows * a.shape.n <= kFewRowsForwardElements;
+  spec.decode_rows = spec.few_rows && a.shape.rows <= kDecodeRows;
   const rt::CallSwitches switches = runtime.switches();
   spec.params_smem_allowed = switches.params_smem;
   spec.plan_override = switches.forward_plan;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
-                        (spec.center ? 1LL << 25 : 0) | (spec.few_rows ? 1LL << 26 : 0),
+                        (spec.center ? 1LL << 25 : 0) | (spec.few_rows ? 1LL << 26 : 0) |
+                        (spec.decode_rows ? 1LL << 27 : 0),
                     spec.n,
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,

@@ -68,6 +68,9 @@ struct RowPlanInputs {
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
   // the host's: a plan with fewer launches beats one with more bandwidth there.
   bool few_rows = false;
+  // Forward: a call of few rows that is also at most kDecodeRows rows (decode), which
+  // with_decode_rows plans apart (rmsnorm_heuristics_decode.cpp).
+  bool decode_rows = false;
   // LayerNorm (the kernels' CENTER): its synced backward carries a second chunk
   // sum, and the forward pipeline is not planned for it.
   bool center = false;
@@ -114,6 +117,8 @@ inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
 // Forward calls up to this many elements (decode: M <= 128 at N = 8192) are
 // planned for latency rather than bandwidth (RowPlan::early_params).
 inline constexpr std::int64_t kFewRowsForwardElements = std::int64_t{1} << 20;
+// Forward calls of few rows up to this many rows are decode calls (RowPlanInputs::decode_rows).
+inline constexpr std::int64_t kDecodeRows = 16;
 
 RowPlan plan_rows(const RowPlanInputs& in);
 

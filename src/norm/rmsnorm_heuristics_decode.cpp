@@ -20,7 +20,14 @@
 //   2.29 -> 2.17, 2.75 -> 2.36; N=8192 (four) 2.84 -> 2.16, 3.51 -> 2.35.
 // LayerNorm over 128-thread CTAs does not compile (its cluster rows need 256). Lost:
 // ept=8 in one CTA (RMSNorm bf16 N=4096 2.37, fp32 2.82), fp32 ept=4 (2.73-4.22).
-// Not measured, so not planned: other N, sm_80/sm_100, weights of another dtype than x.
+// Then as plans (A/B 3c8394e -> 635c80b, two runs each, M=1/16/128): every M=1 and
+// M=16 row faster (e.g. LayerNorm fp32 N=8192 M=16 2.91 -> 2.25, RMSNorm fp32 N=4096
+// M=16 1.99 -> 1.98 the least) and the 16-bit N=4096 rows at M=128 too (RMSNorm bf16
+// 2.20 -> 2.09, LayerNorm 2.54 -> 2.42), but the clusters at M=128 lost (LayerNorm
+// bf16 N=8192 3.28 -> 4.62, RMSNorm fp32 N=4096 2.58 -> 2.78): 128 clusters queue for
+// the SMs. So the clusters only for calls of up to kDecodeRows rows (decode_rows).
+// Not measured, so not planned: other N, sm_80/sm_100, weights of another dtype than x;
+// M=17-127 (no cluster) and M=129-256 at N=4096 (16-bit: ept=16) are not measured.
 #include "rmsnorm_heuristics_decode.hpp"
 
 namespace normkit::norm::detail {
@@ -33,9 +40,11 @@ RowPlanInputs with_decode_rows(const RowPlanInputs& in) {
   RowPlanInputs out = in;
   if (in.x_bytes == 2 && in.n == 4096) {
     out.forced_elems_per_thread = 16;
-  } else {
+  } else if (in.decode_rows) {
     out.forced_elems_per_thread = 8;
     out.forced_cta_threads = in.center ? 256 : 128;
+  } else {
+    return in;
   }
   return out;
 }

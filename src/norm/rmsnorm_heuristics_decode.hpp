@@ -7,9 +7,10 @@
 
 namespace normkit::norm::detail {
 
-// The forward inputs of a call of few rows (RowPlanInputs::few_rows) at N=4096 and
-// 8192 on sm_90 with the elements per thread (and CTA threads) that measured faster
-// than plan_rows' own, as forced fields; any other call unchanged.
+// The forward inputs of a call of few rows (RowPlanInputs::few_rows; the clusters
+// only for decode_rows) at N=4096 and 8192 on sm_90 with the elements per thread (and
+// CTA threads) that measured faster than plan_rows' own, as forced fields; any other
+// call unchanged.
 RowPlanInputs with_decode_rows(const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

@@ -87,6 +87,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.center = s.center;
   in.bias = s.bias.has_value();
   in.few_rows = s.few_rows;
+  in.decode_rows = s.few_rows && s.decode_rows;
   in.x_fp16 = s.x == DType::kFloat16;
   in.weight_as_x = !s.weight || *s.weight == s.x;
   in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;

@@ -23,6 +23,7 @@ struct RmsFwdSpec {
   bool store_rstd = false;  // rstd (and LayerNorm's mean) stored
   bool center = false;      // LayerNorm: h - mean(h) normalized (the kernels' CENTER)
   bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
+  bool decode_rows = false; // and of at most kDecodeRows rows (RowPlanInputs::decode_rows)
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
   rt::PlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::forced_*)
 };

@@ -225,8 +225,9 @@ TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
 // Decode calls (few rows) at N=4096 and 8192 on sm_90 (with_decode_rows): 16-bit
 // N=4096 rows over 256 threads of two vectors; fp32 rows and N=8192 over a cluster
 // of CTAs of two vectors a thread (a row's slice of RMSNorm 128 threads, two rows'
-// slices a CTA; LayerNorm's 256), with and without a residual. Not for calls of many
-// rows, other N, sm_80/sm_100, weights of another dtype, or under NORMKIT_FORWARD_PLAN.
+// slices a CTA; LayerNorm's 256) in calls of up to kDecodeRows rows, with and without a
+// residual. Not for calls of many rows, other N, sm_80/sm_100, weights of another
+// dtype, or under NORMKIT_FORWARD_PLAN.
 TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
   struct Want {
     std::int64_t n;
@@ -242,6 +243,7 @@ TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
       RmsFwdSpec f = norm_fwd_spec(w.n, w.x, w.x, w.center, residual ? std::optional<DType>(w.x) : std::nullopt,
                                    false);
       f.few_rows = true;
+      f.decode_rows = true;
       const RowPlan p = plan_fwd(f, 8, 90);
       EXPECT_TRUE(p.regs && p.rows == w.cta_threads / w.tpr) << w.n << " " << p.str();
       EXPECT_EQ(p.tpr, w.tpr) << w.n << " " << p.str();
@@ -251,6 +253,12 @@ TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
       many.few_rows = false;
       RmsFwdSpec forced = f;
       forced.plan_override.min_blocks = 1;
+      // Calls of few rows beyond kDecodeRows: 16-bit N=4096 rows alike, no clusters.
+      RmsFwdSpec more = f;
+      more.decode_rows = false;
+      const RowPlan m = plan_fwd(more, 8, 90);
+      EXPECT_EQ(m.cluster, 1) << w.n << " " << m.str();
+      if (w.cluster == 1) EXPECT_TRUE(m.tpr == w.tpr && m.threads() == w.cta_threads) << w.n << " " << m.str();
       RmsFwdSpec other_weight = f;
       other_weight.weight = w.x == f32 ? bf16 : f32;
       for (const RmsFwdSpec& s : {many, forced, other_weight}) {

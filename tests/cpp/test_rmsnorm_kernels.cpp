@@ -519,6 +519,7 @@ TEST_F(RmsNormKernelSweep, DecodeRowsCompileWithoutSpills) {
             RmsFwdSpec f =
                 norm_fwd_spec(n, x, x, center, residual ? std::optional<DType>(x) : std::nullopt, stats);
             f.few_rows = true;
+            f.decode_rows = true;
             f.plan = plan_fwd(f, 8, 90);
             EXPECT_TRUE(f.plan.threads() == 256 && (x == bf16 && n == 4096 ? f.plan.cluster == 1 : f.plan.cluster > 1))
                 << n << " " << f.plan.str();

@@ -492,10 +492,10 @@ def test_backward_own_plans_of_plain_and_shared_sum_rows(op, prenorm, xdt, n):
 
 
 # Decode calls' own plans at N=4096 and 8192 (with_decode_rows, sm_90): 16-bit N=4096
-# rows over 256 threads, fp32 rows and N=8192 over a cluster of small CTAs; M up to
-# 128 (every call of few rows at N=8192 takes them), statistics stored or not (a
-# training step of few rows), with and without a residual, on poisoned outputs against
-# float64.
+# rows over 256 threads (every call of few rows), fp32 rows and N=8192 over a cluster
+# of small CTAs (up to 16 rows; M=128 and 200 take the plans of few rows), statistics
+# stored or not (a training step of few rows), with and without a residual, on
+# poisoned outputs against float64.
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("xdt", [BF16, FP32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
