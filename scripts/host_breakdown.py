@@ -6,10 +6,14 @@ Each line times one layer of the call on its own, as wall time per call over
 back-to-back calls (median of --rounds rounds of --calls calls, a synchronize
 closing each round), so that their differences say what each layer adds:
 
-  normkit.torch.rmsnorm      the public call (what `normkit bench` reports)
-  _torch_C.rmsnorm           the C++ eager path alone (checks, allocation, launch)
+  normkit.torch.rmsnorm      the public call (what `normkit bench` reports): a C function
+                             (_torch_C.public_rmsnorm) binding its arguments itself
+  normkit.torch.rmsnorm(eps=)  the same with a keyword argument
+  Python wrapper (before)    the public call as it was, a Python function calling
+                             _torch_C.rmsnorm (rebuilt here, for comparison on one run)
+  _torch_C.rmsnorm           the C++ eager path alone through pybind11 (checks, allocation, launch)
   _C.rmsnorm_fwd             normkit's C API on preallocated tensors: plan memo and launch only
-  _ops._is_compiling         the public call's one Python check before the C++ entry
+  _ops._is_compiling         the Python wrapper's one check before the C++ entry
   _torch_C parse only        the C++ entry's argument conversion and first check (returns None)
   torch.empty_like           one output allocation by PyTorch's caching allocator
   cupy empty kernel          a driver launch of an empty kernel (the floor), when CuPy is there
@@ -57,12 +61,23 @@ def main():
     ext = _ops._ext
     c_fwd = _impl._C.rmsnorm_fwd
 
+    def python_wrapper():
+        # normkit.torch.rmsnorm before it became a C function: the wrapper's checks and
+        # conversions, then pybind11's dispatch into the C++ path.
+        if not _ops._is_compiling():
+            result = ext.rmsnorm(x, w, None, None, None, None, float(1e-6), bool(False), float(0.0))
+            if result is not None:
+                return result
+        raise RuntimeError("host_breakdown: the C++ path declined a plain call")
+
     def c_api():
         c_fwd(m, n, 0, x.data_ptr(), "bf16", 0, n, 0, "", 0, 0, out.data_ptr(), "bf16", 0, n, 0, "", 0, n,
               w.data_ptr(), "bf16", 0, "", 1, 0, 0, 1e-6, 0.0, 0, stream)
 
     calls = {
         "normkit.torch.rmsnorm": lambda: nkt.rmsnorm(x, w),
+        "normkit.torch.rmsnorm(eps=)": lambda: nkt.rmsnorm(x, w, eps=1e-6),
+        "Python wrapper (before)": python_wrapper if ext is not None else None,
         "_torch_C.rmsnorm": (lambda: ext.rmsnorm(x, w, None, None, None, None, 1e-6, False, 0.0))
         if ext is not None else None,
         "_C.rmsnorm_fwd": c_api,
@@ -111,15 +126,17 @@ def main():
     kernel_us = {}
     with torch.no_grad():
         nk_us = graph_us(lambda: nkt.rmsnorm(x, w))
-        for name in ("normkit.torch.rmsnorm", "_torch_C.rmsnorm", "_C.rmsnorm_fwd"):
+        for name in ("normkit.torch.rmsnorm", "normkit.torch.rmsnorm(eps=)", "Python wrapper (before)",
+                     "_torch_C.rmsnorm", "_C.rmsnorm_fwd"):
             kernel_us[name] = nk_us
         kernel_us["F.rms_norm"] = graph_us(lambda: F.rms_norm(x, (n,), w, 1e-6))
 
+    print(f"normkit.torch.rmsnorm is {nkt.rmsnorm!r}")
     results = {}
     with torch.no_grad():
         for name, fn in calls.items():
             if fn is None:
-                print(f"{name:24s} not available")
+                print(f"{name:28s} not available")
                 continue
             for _ in range(200):
                 fn()
@@ -133,7 +150,7 @@ def main():
                 torch.cuda.synchronize()
                 rounds.append(wall / args.calls * 1e6)
             r = results[name] = {"us_per_call": statistics.median(rounds), "rounds_us": rounds}
-            line = f"{name:24s} host {r['us_per_call']:6.2f} us/call"
+            line = f"{name:28s} host {r['us_per_call']:6.2f} us/call"
             if name in kernel_us:
                 r["kernel_us_graph"] = kernel_us[name]
                 bound = "host-bound" if r["us_per_call"] > kernel_us[name] else "GPU-bound"
@@ -142,7 +159,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"M": m, "N": n, "dtype": "bf16", "calls": args.calls, "rounds": args.rounds,
-                       "results": results}, f, indent=1)
+                       "public_entry": repr(nkt.rmsnorm), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

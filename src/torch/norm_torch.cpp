@@ -18,7 +18,8 @@
 // Python's error types and are shared with the fake implementations, and the
 // torch.library custom ops that torch.compile traces. This module is the eager
 // path only. A call whose rows cannot be described with two strides returns None,
-// and the custom op (which copies such rows and logs it) takes the call.
+// and the custom op (which copies such rows and logs it) takes the call. The public
+// functions are C functions in front of this path (public_entry.cpp).
 //
 // Kernels are reached through normkit._C's C table (src/python/c_api.hpp), so the
 // process keeps one normkit runtime. Bound with the pybind11 that torch ships,
@@ -38,6 +39,7 @@
 #include <string>
 
 #include "c_api.hpp"
+#include "public_entry.hpp"
 #include "tensor_glue.hpp"
 
 namespace py = pybind11;
@@ -365,9 +367,8 @@ using normkit::LayerNormFunction;
 using normkit::RmsNormFunction;
 
 // ---------------------------------------------------------------------------
-// Python entry points. Tensors were checked by normkit.torch (_impl.check_fwd /
-// check_bwd) before these are called. Host tensors run the multithreaded CPU
-// fallback, so the GIL is let go for them.
+// Python entry points. Host tensors run the multithreaded CPU fallback, so the GIL
+// is let go for them.
 
 // The whole of normkit.torch.rmsnorm / layernorm for the common call, argument
 // checks included; nullopt sends the call back to Python (see norm_call below).
@@ -495,9 +496,9 @@ py::object bwd_call(const Tensor& x, const std::optional<Tensor>& weight, const 
   return py::make_tuple((*outs)[0], (*outs)[1], (*outs)[2], (*outs)[3]);
 }
 
-// The public entry points (normkit.torch.rmsnorm / layernorm) take their tensors as
-// Python objects and decide here whether the call is plain (plain_tensor_object,
-// no_mode_or_transform in tensor_glue.hpp), not in the Python wrapper.
+// normkit.torch.rmsnorm / layernorm (public_entry.cpp) pass their tensors as Python
+// objects and the call is found plain here (plain_tensor_object,
+// no_mode_or_transform in tensor_glue.hpp), not in Python.
 template <class Node>
 py::object public_call(py::handle x, py::handle weight, py::handle bias, py::handle residual, OptDtype out_dtype,
                        OptDtype residual_dtype, double eps, bool prenorm, double weight_offset) {
@@ -603,4 +604,5 @@ PYBIND11_MODULE(_torch_C, m) {
         py::arg("dresidual_dtype"),
         "LayerNorm backward; (dx, dweight, dbias, dresidual), absent ones None. None when a check fails or the "
         "rows need a copy (normkit.torch then takes the call, and raises).");
+  normkit::torch_entry::add_public_entries(m, normkit_error, &rmsnorm, &layernorm);
 }

@@ -1,7 +1,7 @@
 // normkit._torch_C's tensor glue: errors, dtypes, the device and stream of a call,
 // and the row layouts a (..., N) tensor maps to (the C++ API's two-level rows,
-// normkit/norm/types.hpp). Included by norm_torch.cpp only; apart from it so that
-// the autograd and binding code there reads on its own.
+// normkit/norm/types.hpp). Included by norm_torch.cpp (and by public_entry.cpp, for
+// CallError); apart from it so that the autograd and binding code there reads on its own.
 #pragma once
 
 #include <ATen/EmptyTensor.h>
@@ -64,9 +64,10 @@ inline void place(const Tensor& x, nn::Device& device, nn::Stream& stream) {
 // subclasses, whose __torch_function__ must see the call), with no dispatch mode,
 // torch function mode or functorch transform active (those must see the custom
 // op). The same tests in Python cost 0.75 us a call on the H200 machine
-// (scripts/host_breakdown.py, 7514632), an eighth of the call. torch.compile never
-// reaches this: the wrapper asks torch.compiler.is_compiling() first, which Dynamo
-// answers while tracing.
+// (scripts/host_breakdown.py, 7514632), an eighth of the call. Dynamo never reaches
+// this: it traces the Python implementation, registered as the public C functions'
+// polyfill, and those hand calls made while torch.compiler's compiling flag is set to
+// Python (public_entry.cpp).
 inline bool plain_tensor_object(PyObject* o, bool none_ok) {
   return (none_ok && o == Py_None) || THPVariable_CheckExact(o);
 }

@@ -10,10 +10,11 @@ As the RMSNorm ops (_ops.py), with LayerNorm's mean saved next to rstd:
 Outputs not asked for are empty 1-D tensors. Autograd of the custom op is shared
 with RMSNorm (_ops.save_for_backward / norm_grads). Eager calls take the C++ path
 (normkit._torch_C, src/torch/norm_torch.cpp: checks, allocation, a C++ autograd
-node, the launch) as RMSNorm's do; it hands a call back (None) when a check fails,
-and Python then raises the error naming the argument, or when the rows need a
-copy, which the custom op makes. Without normkit._torch_C, calls without a
-gradient go to the kernel directly (no dispatcher), the rest through the custom op.
+node, the launch) as RMSNorm's do, layernorm() itself being a C function
+(_eager_entry.py); it hands a call to the Python function below when a check fails,
+which then raises the error naming the argument, or when the rows need a copy,
+which the custom op makes. Without normkit._torch_C, calls without a gradient go
+to the kernel directly (no dispatcher), the rest through the custom op.
 """
 
 from typing import Optional, Tuple
@@ -21,9 +22,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _impl
+from . import _eager_entry, _impl
 from . import _ops
-from ._ops import _direct_ok, _is_compiling, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
+from ._ops import _direct_ok, _needs_grad, bwd_dtypes, bwd_result, norm_grads, save_for_backward
 
 
 @torch.library.custom_op("normkit::layernorm_fwd", mutates_args=())
@@ -168,14 +169,8 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     over the centred row. See layernorm_fwd for dtypes and per-head mode. Gradients
     flow to x, weight, bias and residual (and from residual_out when prenorm).
     """
-    ext = _ops._ext
-    if ext is not None and not _is_compiling():
-        # Checks, allocation, autograd node and launch in one C++ call; None when a
-        # check fails (the path below raises the error), rows need a copy, or a
-        # tensor subclass, mode or functorch transform must see the custom op.
-        result = ext.layernorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm))
-        if result is not None:
-            return result
+    # Reached as rmsnorm's Python function is (_ops.py): the calls the C entry hands over,
+    # and torch.compile's tracing.
     grad = _needs_grad(x, weight, bias, residual)
     makes_res = residual is not None or (residual_dtype is not None and residual_dtype != x.dtype)
     # residual_out is written when returned, or when a residual makes it the
@@ -186,3 +181,9 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     if prenorm:
         return out, (residual_out if makes_res else x)
     return out
+
+
+# As rmsnorm (_ops.py): normkit.torch.layernorm is normkit._torch_C.public_layernorm, which
+# calls this function for every call it does not take itself.
+_layernorm_py = layernorm
+layernorm = _eager_entry.c_entry(_ops._ext, "layernorm", _layernorm_py)

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _impl
+from . import _eager_entry, _impl
 
 
 def _load_ext():
@@ -312,14 +312,9 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     See rmsnorm_fwd for dtypes and per-head mode. Gradients flow to x, weight,
     bias and residual (and from residual_out when prenorm).
     """
-    if _ext is not None and not _is_compiling():
-        # Checks, allocation, autograd node and launch in one C++ call; None when a
-        # check fails (the path below raises the error), rows need a copy, or a
-        # tensor subclass, mode or functorch transform must see the custom op.
-        result = _ext.rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, float(eps), bool(prenorm),
-                              float(weight_offset))
-        if result is not None:
-            return result
+    # With normkit._torch_C this runs only for the calls its C entry hands over (a failed
+    # check, which raises below, rows that need a copy, a subclass, mode or transform, other
+    # argument types), and under torch.compile, which traces it as that entry's polyfill.
     grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                         or (bias is not None and bias.requires_grad)
                                         or (residual is not None and residual.requires_grad))
@@ -332,3 +327,10 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] =
     if prenorm:
         return out, (residual_out if makes_res else x)
     return out
+
+
+# normkit.torch.rmsnorm is the C function normkit._torch_C.public_rmsnorm: a plain call goes
+# from it to the C++ path with no Python frame, every other call to the function above
+# (_eager_entry.py says why). That function keeps the name rmsnorm, which its errors name.
+_rmsnorm_py = rmsnorm
+rmsnorm = _eager_entry.c_entry(_ext, "rmsnorm", _rmsnorm_py)
