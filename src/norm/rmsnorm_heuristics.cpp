@@ -369,6 +369,9 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   // residual 2.86 -> 2.44 and 3.12 -> 2.86; LayerNorm bf16 M=16 2.70 -> 2.31,
   // M=128 2.81 -> 2.57; fp32 alike. M=1 and N=8192 (one row a CTA already) as before.
   if (!in.backward && in.few_rows && p.regs && p.cluster == 1 && p.tpr >= 128) p.rows = 1;
+  // LayerNorm's forward over a cluster (shifted moments) decides on one row's sums per
+  // cluster: one row a CTA (the kernel asserts it; NORMKIT_FORWARD_PLAN's cta=128 gave two).
+  if (!in.backward && in.center && p.cluster > 1) p.rows = 1;
 
   // 16-bit register-resident backward rows of >= 256 threads prefetch their CTA's
   // next row (a second register set of h and dout; norm_bwd_kernel's PREFETCH).

@@ -119,7 +119,8 @@ TEST_F(RmsNormKernelSweep, RmsNormSharedMemorySumRowsCompileWithoutSpills) {
 
 // smem_sums32's other rows: RMSNorm without dresidual_out at N in 2049..4096 and
 // LayerNorm with db and dresidual_out there, at 128 threads of 32 columns with the
-// sums in shared memory, five CTAs per SM; and ln_rows32's LayerNorm rows of N in
+// sums in shared memory, five CTAs per SM (sm_90's LayerNorm at N=4096: with_plain16_rows'
+// 256 threads of 16 columns, four per SM); and ln_rows32's LayerNorm rows of N in
 // 513..1024 without dresidual_out, four 32-thread rows a CTA. 16-bit and fp32
 // weights (and bias), dresidual of either width, N=3000 and 768's partly empty items;
 // sm_90a and sm_100a.
@@ -139,7 +140,11 @@ TEST_F(RmsNormKernelSweep, ThirtyTwoColumnBackwardRowsCompileWithoutSpills) {
             ln.dresidual_out = x;
             for (RmsBwdSpec b : {rms, ln}) {
               b.plan = plan_bwd(b, 8, arch_of(target));
-              EXPECT_TRUE(b.plan.smem_sums && b.plan.threads() == 128 && b.plan.min_blocks == 5)
+              // sm_90's LayerNorm N=4096 without a separate dresidual: 256 threads of 16
+              // columns, four CTAs per SM (with_plain16_rows).
+              const bool plain16 = target == "sm_90a" && n == 4096 && b.center && !dres;
+              EXPECT_TRUE(b.plan.smem_sums && b.plan.threads() == (plain16 ? 256 : 128) &&
+                          b.plan.min_blocks == (plain16 ? 4 : 5))
                   << n << " " << b.plan.str();
               kernels += expect_bwd_clean(b, target);
             }
@@ -209,6 +214,17 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
   EXPECT_EQ(kernels, 24 + 16 + 6 + 4);
 }
 
+// NORMKIT_BACKWARD_PLAN=[ept=..,|cluster=..,]cta=..,minb=..,prefetch=0,sums=smem on `s`.
+static void force_smem_sums(RmsBwdSpec& s, int ept, int cluster, int cta, int minb) {
+  s.plan_override = {};
+  s.plan_override.elems_per_thread = ept;
+  s.plan_override.cluster = cluster;
+  s.plan_override.cta_threads = cta;
+  s.plan_override.min_blocks = minb;
+  s.plan_override.no_prefetch = true;
+  s.plan_override.smem_sums = true;
+}
+
 // NORMKIT_BACKWARD_PLAN's sums=smem: cluster rows with their dw/db sums in shared
 // memory (one fp32 per column of the CTA's slice), which let 16-bit LayerNorm rows
 // hold two vectors a thread (in registers they spilled 284-452 bytes). The forced
@@ -230,11 +246,7 @@ TEST_F(RmsNormKernelSweep, ForcedClusterRowsWithSharedMemorySumsCompileWithoutSp
     b.center = c.center;
     if (c.center) b.dbias = c.x;
     if (c.dro) b.dresidual_out = c.x;
-    b.plan_override.cluster = c.cluster;
-    b.plan_override.cta_threads = c.cta;
-    b.plan_override.min_blocks = c.minb;
-    b.plan_override.no_prefetch = true;
-    b.plan_override.smem_sums = true;
+    force_smem_sums(b, 0, c.cluster, c.cta, c.minb);
     b.plan = plan_bwd(b, 8, 90);
     EXPECT_TRUE(b.plan.regs && b.plan.smem_sums && !b.plan.prefetch && b.plan.cluster == c.cluster) << b.plan.str();
     // One fp32 sum per column of the CTA's slice, per sum.
@@ -305,22 +317,13 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
       if (c.n == 2048 || c.n == 8192) {
         RmsBwdSpec rms = plain_bwd_spec(c.n, bf16);
         if (c.dro) rms.dresidual_out = bf16;
-        rms.plan_override = {};
-        rms.plan_override.elems_per_thread = c.ept;
-        rms.plan_override.cta_threads = c.cta;
-        rms.plan_override.min_blocks = c.minb;
-        rms.plan_override.no_prefetch = true;
-        rms.plan_override.smem_sums = true;
+        force_smem_sums(rms, c.ept, 0, c.cta, c.minb);
         rms.plan = plan_bwd(rms, 8, 90);
         EXPECT_TRUE(rms.plan.smem_sums && rms.plan.min_blocks == c.minb) << rms.plan.str();
         kernels += expect_bwd_clean(rms, "sm_90a");
       }
       if (c.dro) b.dresidual_out = bf16;
-      b.plan_override.elems_per_thread = c.ept;
-      b.plan_override.cta_threads = c.cta;
-      b.plan_override.min_blocks = c.minb;
-      b.plan_override.no_prefetch = true;
-      b.plan_override.smem_sums = true;
+      force_smem_sums(b, c.ept, 0, c.cta, c.minb);
       b.plan = plan_bwd(b, 8, 90);
       EXPECT_TRUE(b.plan.regs && b.plan.row_sums && b.plan.smem_sums && b.plan.rows == 1 && b.plan.cluster == 1 &&
                   !b.plan.prefetch && !b.plan.async_rows)

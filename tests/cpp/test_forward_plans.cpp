@@ -278,3 +278,21 @@ TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
   RmsFwdSpec many_n = plain_fwd_spec(2048, bf16);
   EXPECT_EQ(plan_fwd(other_n, 8, 90).tpr, plan_fwd(many_n, 8, 90).tpr);
 }
+
+// LayerNorm's forward rows over a cluster take one row a CTA (shifted moments decide
+// on one row's sums per cluster), also where NORMKIT_FORWARD_PLAN's cta= is below the
+// 256 threads that would hold two slices (RMSNorm keeps two rows' slices a CTA).
+TEST(RmsNormPlan, LayerNormForwardClusterRowsOneRowPerCta) {
+  for (const bool few_rows : {false, true}) {
+    for (const bool center : {false, true}) {
+      RmsFwdSpec f = norm_fwd_spec(8192, bf16, bf16, center, std::nullopt, false);
+      f.few_rows = few_rows;
+      f.plan_override.elems_per_thread = 8;
+      f.plan_override.cta_threads = 128;
+      const RowPlan p = plan_fwd(f, 8, 90);
+      EXPECT_EQ(p.cluster, 8) << p.str();
+      EXPECT_EQ(p.tpr, 128) << p.str();
+      EXPECT_EQ(p.rows, center ? 1 : 2) << p.str();
+    }
+  }
+}

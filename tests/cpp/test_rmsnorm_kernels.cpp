@@ -530,5 +530,17 @@ TEST_F(RmsNormKernelSweep, DecodeRowsCompileWithoutSpills) {
       }
     }
   }
-  EXPECT_EQ(kernels, 32);
+  // LayerNorm over 128-thread CTAs of a cluster (NORMKIT_FORWARD_PLAN=ept=8,cta=128),
+  // one row a CTA: NVRTC refused it with two (shifted moments' static_assert).
+  for (std::int64_t n : {4096, 8192}) {
+    RmsFwdSpec f = norm_fwd_spec(n, bf16, bf16, true, std::nullopt, false);
+    f.few_rows = true;
+    f.plan_override.elems_per_thread = 8;
+    f.plan_override.cta_threads = 128;
+    f.plan = plan_fwd(f, 8, 90);
+    EXPECT_TRUE(f.plan.cluster > 1 && f.plan.rows == 1) << f.plan.str();
+    expect_fwd_clean(f, "sm_90a");
+    ++kernels;
+  }
+  EXPECT_EQ(kernels, 34);
 }

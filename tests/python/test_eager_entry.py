@@ -16,13 +16,12 @@ import types
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.overrides import TorchFunctionMode  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import normkit  # noqa: E402
 import normkit.torch as nkt  # noqa: E402
 from normkit.torch import _layernorm, _ops  # noqa: E402
 from test_torch_ext import BAD_CALLS, LN_BAD_CALLS  # noqa: E402
+from test_torch_modes import _RecordDispatch, _RecordFunctions  # noqa: E402
 
 if _ops._ext is None:  # test_torch_ext fails for that; nothing here applies without the extension
     pytest.skip("normkit._torch_C is not built", allow_module_level=True)
@@ -236,26 +235,6 @@ def test_layernorm_bad_calls_name_the_argument(case):
 def test_operator_errors_are_normkit_errors(name):
     with pytest.raises(normkit.NormkitError, match="eps"):
         PUBLIC[name](rnd(2, 8), eps=-1.0)
-
-
-class _RecordDispatch(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-class _RecordFunctions(TorchFunctionMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 class _Seen(torch.Tensor):

@@ -75,18 +75,25 @@ struct ClusterPushes {
   unsigned long long arrived[2];
 };
 
+// Thread 0 initializes the CTA's two push mbarriers (one arrival each) and makes the
+// initialization visible to the cluster before any barrier that follows it.
+template <int ROWS, int CLUSTER, int K>
+__device__ __forceinline__ void init_push_barriers(ClusterPushes<ROWS, CLUSTER, K>& pushes) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int d = 0; d < 2; ++d)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&pushes.arrived[d])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+}
+
 // Kernels that call row_sums_walk with CLUSTER > 1 call this first, with every
 // thread of every CTA of the cluster (it has a cluster barrier): no CTA pushes
 // into an mbarrier before its owner has initialized it.
 template <int ROWS, int CLUSTER, int K>
 __device__ __forceinline__ void row_sums_walk_init(ClusterPushes<ROWS, CLUSTER, K>& pushes) {
   if constexpr (CLUSTER > 1) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int d = 0; d < 2; ++d)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&pushes.arrived[d])) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    init_push_barriers(pushes);
     cluster_sync();
   }
 }
@@ -99,12 +106,7 @@ __device__ __forceinline__ void row_sums_walk_init(ClusterPushes<ROWS, CLUSTER, 
 template <int ROWS, int CLUSTER, int K>
 __device__ __forceinline__ void row_sums_walk_arrive(ClusterPushes<ROWS, CLUSTER, K>& pushes) {
   if constexpr (CLUSTER > 1) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int d = 0; d < 2; ++d)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&pushes.arrived[d])) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    init_push_barriers(pushes);
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   }
 }
