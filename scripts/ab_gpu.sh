@@ -19,12 +19,9 @@ export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/ab.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 rm -rf /tmp/ab-old /tmp/ab-old-site && mkdir -p /tmp/ab-old && tar -xf "$OLD_TAR" -C /tmp/ab-old
-shopt -s nullglob
-wheels=(.whl/*.whl)
-if [ "${#wheels[@]}" -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ab-peers \
-    "${wheels[@]}" || echo "ab_gpu: installing the peer wheels failed"
-fi
+# shellcheck source=scripts/peer_wheels.sh
+. scripts/peer_wheels.sh
+install_peer_wheels python3 /tmp/ab-peers || echo "ab_gpu: installing the peer wheels failed"
 (python3 -m pip install --no-build-isolation --no-deps . >/tmp/ab-build-new.log 2>&1
  echo "new build rc=$? at ${SECONDS}s") &
 new_pid=$!

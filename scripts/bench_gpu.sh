@@ -36,18 +36,13 @@ if ! "$PY" -m pip install --no-build-isolation --no-deps -v . >>"$LOG" 2>&1; the
   exit 2
 fi
 
-shopt -s nullglob
-wheels=(.whl/*.whl)
-if [ "${#wheels[@]}" -gt 0 ]; then
-  echo "=== peer wheels: ${wheels[*]}" | tee -a "$LOG"
-  # --no-deps: the image's torch and triton stay the ones used; the wheels carry the rest.
-  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      "${wheels[@]}" >>"$LOG" 2>&1; then
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  else
-    echo "bench_gpu: installing the wheels failed; the peers they hold will be reported as not installed" \
-      | tee -a "$LOG"
-  fi
+# shellcheck source=scripts/peer_wheels.sh
+. scripts/peer_wheels.sh
+if install_peer_wheels "$PY" /tmp/site >>"$LOG" 2>&1; then
+  [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+else
+  echo "bench_gpu: installing the wheels failed; the peers they hold will be reported as not installed" \
+    | tee -a "$LOG"
 fi
 
 limit=$((BUDGET - SECONDS))
