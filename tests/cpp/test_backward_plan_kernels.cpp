@@ -297,7 +297,8 @@ TEST_F(RmsNormKernelSweep, PlainSixteenBitBackwardRowsCompileWithoutSpills) {
 // NORMKIT_BACKWARD_PLAN's sums=smem without cluster=: LayerNorm's 16-bit register rows
 // of one CTA with their dw and db sums in shared memory, at the CTAs per SM that ptxas
 // sm_90a fits without spills (64-80 registers where the sums in registers took 80-145),
-// the cases of scripts/plan_cases/backward-plain-smem-sums.txt. Spilled, so not there:
+// the cases of scripts/plan_cases/backward-plain-smem-sums.txt and, at N=16384 one CTA
+// per SM, backward-plain-smem-sums-16k.txt. Spilled, so not there:
 // ept=32,cta=512,minb=2 at N=16384 (276 bytes; 520 with dresidual_out), and with
 // dresidual_out ept=32,cta=256,minb=3 at N=8192 (244).
 TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
@@ -309,12 +310,13 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
   int kernels = 0;
   for (const bool dro : {false, true}) {
     for (const Case& c : {Case{1024, dro, 16, 64, 12}, Case{2048, dro, 16, 128, 8}, Case{4096, dro, 16, 256, 4},
-                          Case{4096, dro, 32, 128, 6}, Case{8192, dro, 16, 512, 2}}) {
+                          Case{4096, dro, 32, 128, 6}, Case{8192, dro, 16, 512, 2}, Case{16384, dro, 16, 1024, 1},
+                          Case{16384, dro, 32, 512, 1}}) {
       RmsBwdSpec b = plain_bwd_spec(c.n, bf16);
       b.center = true;
       b.dbias = bf16;
       // RMSNorm (one sum) at the shapes of the GPU test's entries too.
-      if (c.n == 2048 || c.n == 8192) {
+      if (c.n == 2048 || c.n == 8192 || c.n == 16384) {
         RmsBwdSpec rms = plain_bwd_spec(c.n, bf16);
         if (c.dro) rms.dresidual_out = bf16;
         force_smem_sums(rms, c.ept, 0, c.cta, c.minb);
@@ -333,5 +335,5 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
       kernels += expect_bwd_clean(b, "sm_90a");
     }
   }
-  EXPECT_EQ(kernels, 10 + 4);
+  EXPECT_EQ(kernels, 14 + 8);
 }
