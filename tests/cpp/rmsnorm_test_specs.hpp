@@ -57,6 +57,19 @@ inline RmsBwdSpec plain_bwd_spec(std::int64_t n, DType x = DType::kBFloat16) {
   return b;
 }
 
+// A backward spec of RMSNorm or (center) LayerNorm with a weight (and for LayerNorm a
+// db) of dtype `w`, dresidual_out (dro) and a separate dresidual (dres) in x's dtype or
+// none.
+inline RmsBwdSpec norm_bwd_spec(std::int64_t n, DType x, DType w, bool center, bool dro, bool dres = false) {
+  RmsBwdSpec b = plain_bwd_spec(n, x);
+  b.weight = w;
+  b.center = center;
+  if (center) b.dbias = w;
+  if (dro) b.dresidual_out = x;
+  if (dres) b.dresidual = x;
+  return b;
+}
+
 inline RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,
              bool param_grads = false, bool few_rows = false) {
   RowPlanInputs in;

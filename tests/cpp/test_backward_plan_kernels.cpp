@@ -57,12 +57,7 @@ TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
       for (const bool center : {false, true}) {
         for (const bool dro : {false, true}) {
           for (const bool dres : {false, true}) {
-            RmsBwdSpec b = plain_bwd_spec(n, f32);
-            b.weight = w;
-            b.center = center;
-            if (center) b.dbias = w;
-            if (dro) b.dresidual_out = f32;
-            if (dres) b.dresidual = f32;
+            RmsBwdSpec b = norm_bwd_spec(n, f32, w, center, dro, dres);
             b.plan = plan_bwd(b, 8, arch_of(target));
             // Spilled at 1024 threads (with dresidual since the pair reduces through
             // row_sums_walk): keep the 512 threads of 16 columns.
@@ -187,12 +182,7 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
         for (const bool center : {false, true}) {
           for (const bool dro : {false, true}) {
             for (const bool dres : {false, true}) {
-              RmsBwdSpec b = plain_bwd_spec(n, x);
-              b.weight = w;
-              b.center = center;
-              if (center) b.dbias = w;
-              if (dro) b.dresidual_out = x;
-              if (dres) b.dresidual = x;
+              RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro, dres);
               b.plan = plan_bwd(b, 8, 90);
               const bool whole = n % 32768 == 0;
               const bool planned = whole && !dres &&
@@ -242,10 +232,7 @@ TEST_F(RmsNormKernelSweep, ForcedClusterRowsWithSharedMemorySumsCompileWithoutSp
                         Case{131072, bf16, 16, 512, 2, true, false}, Case{262144, bf16, 16, 1024, 1, true, false},
                         Case{65536, bf16, 8, 512, 2, false, true}, Case{262144, bf16, 16, 1024, 1, false, true},
                         Case{131072, f32, 16, 1024, 1, true, true}, Case{131072, f32, 16, 1024, 1, false, false}}) {
-    RmsBwdSpec b = plain_bwd_spec(c.n, c.x);
-    b.center = c.center;
-    if (c.center) b.dbias = c.x;
-    if (c.dro) b.dresidual_out = c.x;
+    RmsBwdSpec b = norm_bwd_spec(c.n, c.x, c.x, c.center, c.dro);
     force_smem_sums(b, 0, c.cluster, c.cta, c.minb);
     b.plan = plan_bwd(b, 8, 90);
     EXPECT_TRUE(b.plan.regs && b.plan.smem_sums && !b.plan.prefetch && b.plan.cluster == c.cluster) << b.plan.str();
@@ -276,11 +263,7 @@ TEST_F(RmsNormKernelSweep, PlainSixteenBitBackwardRowsCompileWithoutSpills) {
         Case{2048, true, true, 128, 128, 8, true}, Case{4096, true, true, 256, 256, 4, true},
         Case{8192, true, true, 512, 512, 2, true}, Case{8192, false, false, 512, 512, 2}}) {
     for (const DType w : {bf16, f32}) {
-      RmsBwdSpec b = plain_bwd_spec(c.n, bf16);
-      b.weight = w;
-      b.center = c.center;
-      if (c.center) b.dbias = w;
-      if (c.dro) b.dresidual_out = bf16;
+      RmsBwdSpec b = norm_bwd_spec(c.n, bf16, w, c.center, c.dro);
       b.plan = plan_bwd(b, 8, 90);
       EXPECT_TRUE(b.plan.regs && b.plan.row_sums && !b.plan.async_rows && !b.plan.prefetch && b.plan.cluster == 1)
           << c.n << " " << b.plan.str();

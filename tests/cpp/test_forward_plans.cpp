@@ -258,7 +258,9 @@ TEST(RmsNormPlan, DecodeRowsWhereMeasured) {
       more.decode_rows = false;
       const RowPlan m = plan_fwd(more, 8, 90);
       EXPECT_EQ(m.cluster, 1) << w.n << " " << m.str();
-      if (w.cluster == 1) EXPECT_TRUE(m.tpr == w.tpr && m.threads() == w.cta_threads) << w.n << " " << m.str();
+      if (w.cluster == 1) {
+        EXPECT_TRUE(m.tpr == w.tpr && m.threads() == w.cta_threads) << w.n << " " << m.str();
+      }
       RmsFwdSpec other_weight = f;
       other_weight.weight = w.x == f32 ? bf16 : f32;
       for (const RmsFwdSpec& s : {many, forced, other_weight}) {

@@ -566,7 +566,9 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     EXPECT_EQ(p.min_blocks, w.min_blocks) << w.spec.n << " " << p.str();
     EXPECT_EQ(p.smem_sums, w.smem_sums) << w.spec.n << " " << p.str();
     // One fp32 sum per column of the CTA's slice, per sum.
-    if (w.smem_sums) EXPECT_EQ(p.smem_bytes, (w.spec.center ? 2 : 1) * w.spec.n / w.cluster * 4) << p.str();
+    if (w.smem_sums) {
+      EXPECT_EQ(p.smem_bytes, (w.spec.center ? 2 : 1) * w.spec.n / w.cluster * 4) << p.str();
+    }
     for (const int arch : {80, 100}) {
       const RowPlan other = plan_bwd(w.spec, 8, arch);
       EXPECT_FALSE(other.cluster > 2 && other.regs) << arch << " " << w.spec.n << " " << other.str();
