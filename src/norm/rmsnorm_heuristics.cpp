@@ -31,6 +31,7 @@
 #include "normkit/runtime/error.hpp"
 #include "rmsnorm_heuristics_bwd.hpp"
 #include "rmsnorm_heuristics_decode.hpp"
+#include "rmsnorm_heuristics_fwd.hpp"
 
 namespace normkit::norm::detail {
 namespace {
@@ -80,7 +81,7 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
 
 RowPlan plan_rows(const RowPlanInputs& given) {
   NK_CHECK(given.n >= 1, "plan_rows: n must be >= 1");
-  const RowPlanInputs in = with_decode_rows(with_plain16_rows(given));
+  const RowPlanInputs in = with_forward_elems(with_decode_rows(with_plain16_rows(given)));
   RowPlan p;
   // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
   // (c) keeps the row input's access at <= 16 bytes (the widest LDG).

@@ -31,7 +31,10 @@ TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
     // clusters of 8 (N=262144 in 1024-thread CTAs)
     EXPECT_EQ(fwd(n, f32, false, 90).cluster, n == 262144 ? 8 : n / 16384);
   }
-  EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 512);  // shorter rows keep 32 elements a thread
+  // Shorter rows keep 32 elements a thread, except RMSNorm's at N=16384 on sm_90
+  // (with_forward_elems: 16, so 1024 threads).
+  EXPECT_EQ(fwd(16384, f32, true, 90).tpr, 1024);
+  EXPECT_EQ(fwd(16384, f32, true, 80).tpr, 512);
   EXPECT_EQ(fwd(32768, f32, true, 80).cluster, 1);
   EXPECT_EQ(fwd(32768, f32, true, 80).tpr, 1024);
   // fp16 rows whose weight is of another dtype leave the forward pipeline (spilled;
@@ -72,7 +75,9 @@ TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
           EXPECT_TRUE(p.regs && !p.prefetch && !p.params_smem && p.smem_bytes == 0) << n << " " << p.str();
           EXPECT_EQ(p.min_blocks, 2) << p.str();  // 64 registers a thread
         }
-        EXPECT_EQ(fwd(16384, x, w, center).tpr, 512);  // 32 elements a thread, as before
+        // 32 elements a thread, as before; LayerNorm's with a weight of x's dtype 64
+        // (with_forward_elems), so 256 threads.
+        EXPECT_EQ(fwd(16384, x, w, center).tpr, center && w == x ? 256 : 512);
       }
     }
   }
@@ -296,5 +301,40 @@ TEST(RmsNormPlan, LayerNormForwardClusterRowsOneRowPerCta) {
       EXPECT_EQ(p.tpr, 128) << p.str();
       EXPECT_EQ(p.rows, center ? 1 : 2) << p.str();
     }
+  }
+}
+
+// with_forward_elems (rmsnorm_heuristics_fwd.cpp): the elements a thread measured
+// faster than plan_rows' 32 on sm_90, for bandwidth calls with a weight of x's dtype
+// and 16-byte vectors; everything else keeps plan_rows' own.
+TEST(RmsNormPlan, MeasuredForwardElementsPerThread) {
+  struct Call {
+    std::int64_t n;
+    DType x;
+    bool center, residual;
+    int expect_threads;  // tpr: N / elements a thread
+  };
+  const Call calls[] = {
+      {256, bf16, false, true, 32},    {2048, bf16, true, true, 256},  {4096, bf16, false, true, 128},
+      {8192, bf16, false, false, 512}, {8192, bf16, true, false, 256}, {16384, bf16, true, false, 256},
+      {16384, bf16, false, false, 512}, {512, f32, false, false, 32},  {1024, f32, true, false, 32},
+      {8192, f32, true, false, 512},   {4096, f32, false, true, 256},  {16384, f32, false, true, 1024},
+      {16384, f32, true, true, 512},
+  };
+  for (const Call& c : calls) {
+    RmsFwdSpec f = plain_fwd_spec(c.n, c.x);
+    f.center = c.center;
+    if (c.center) f.bias = c.x;
+    if (c.residual) f.residual = f.residual_out = c.x;
+    EXPECT_EQ(plan_fwd(f, 16 / dtype_size(c.x), 90).tpr, c.expect_threads)
+        << c.n << " center=" << c.center << " residual=" << c.residual << " x bytes=" << dtype_size(c.x);
+    // Not on sm_80, nor with a weight of another dtype, nor in calls of few rows: 32 a thread.
+    const int own = static_cast<int>(std::max<std::int64_t>(1, c.n / 32));
+    EXPECT_EQ(plan_fwd(f, 16 / dtype_size(c.x), 80).tpr, std::min(own, 1024)) << c.n;
+    RmsFwdSpec other_weight = f;
+    other_weight.weight = c.x == f32 ? bf16 : f32;
+    if (c.center) other_weight.bias = other_weight.weight;
+    if (!(c.x != f32 && c.n == 16384 && !c.residual))  // 16-bit N=16384 keeps 512 (above)
+      EXPECT_EQ(plan_fwd(other_weight, 16 / dtype_size(c.x), 90).tpr, std::min(own, 1024)) << c.n;
   }
 }

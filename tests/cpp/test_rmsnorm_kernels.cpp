@@ -544,3 +544,29 @@ TEST_F(RmsNormKernelSweep, DecodeRowsCompileWithoutSpills) {
   }
   EXPECT_EQ(kernels, 34);
 }
+
+// with_forward_elems' plans (rmsnorm_heuristics_fwd.cpp) at the ends of each of its
+// ranges: RMSNorm and LayerNorm, 16-bit and fp32, with and without a residual,
+// statistics stored or not, without spills on sm_90a.
+TEST_F(RmsNormKernelSweep, MeasuredForwardElementsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const DType x : {bf16, f16, f32}) {
+    for (std::int64_t n : {256, 512, 2048, 4096, 8192, 16384}) {
+      for (const bool center : {false, true}) {
+        for (const bool residual : {false, true}) {
+          for (const bool stats : {false, true}) {
+            RmsFwdSpec f =
+                norm_fwd_spec(n, x, x, center, residual ? std::optional<DType>(x) : std::nullopt, stats);
+            f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
+            RmsFwdSpec own = f;
+            own.plan = plan_fwd(own, 16 / static_cast<int>(dtype_size(x)), 80);  // plan_rows' 32 a thread
+            if (f.plan.tpr == own.plan.tpr) continue;
+            expect_fwd_clean(f, "sm_90a");
+            ++kernels;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(kernels, 58);  // the rules' kernels: a rule that stops applying shows here
+}

@@ -1,0 +1,64 @@
+// with_forward_elems (rmsnorm_heuristics_fwd.hpp).
+//
+// plan_rows gives a forward row 32 elements a thread (two to eight 16-byte loads in
+// flight each), which leaves short rows few threads: a 16-bit row of 1024 with a
+// residual is 32 threads that each wait on eight loads before one warp reduction.
+// Where more threads a row (fewer elements each) or fewer (LayerNorm bf16 N=16384:
+// 64 elements, 256-thread CTAs, instead of 512) ran faster, the count is forced here.
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN=ept=<e>, one run
+// each in one call at c13406d (scripts/plan_cases/forward-near-copy.txt,
+// docs/perf/h200-2026-11-30k.md):
+//   16-bit with a residual, N=256-2048 (ept=8): RMSNorm bf16 0.975/0.981/0.978/0.979
+//   -> 1.000/1.003/1.007/1.002 (Liger-Kernel had been faster at 512-2048); LayerNorm
+//   0.969/0.983/0.977/0.965 -> 1.001/0.986/0.982/0.972. From N=4096 it lost (RMSNorm
+//   0.966 -> 0.925, 8192 0.973 -> 0.714).
+//   RMSNorm 16-bit N=4097-8192 (ept=16): 0.959 -> 0.974, with a residual 0.973 ->
+//   0.987. LayerNorm lost there (0.959 -> 0.807).
+//   LayerNorm 16-bit without a residual, N=8193-16384 (ept=64): 0.896 -> 0.937 (the
+//   sweep at 3c8394e had it at 0.894, under issue 4's 0.92). RMSNorm unchanged
+//   (0.970 -> 0.951 at 64, so not planned).
+//   fp32 without a residual (ept=16): N=256/512 RMSNorm 0.971/0.986 -> 0.992/0.990,
+//   LayerNorm 0.968/0.981 -> 0.992/0.988; N=4097-8192 RMSNorm 0.965 -> 0.981,
+//   LayerNorm 0.968 -> 0.985. N=16384 lost (RMSNorm 0.974 -> 0.908).
+//   fp32 with a residual (ept=16): N=256 RMSNorm 0.957 -> 0.970, LayerNorm 0.960 ->
+//   0.976; N=2049-4096 0.975 -> 0.986 and 0.962 -> 0.981; RMSNorm N=8193-16384 0.949
+//   -> 0.975 (LayerNorm lost there: 0.930 -> 0.834).
+// Not measured, so not planned: N below 256, sm_80/sm_100, weights of another dtype,
+// unaligned rows (vectors under 16 bytes).
+#include "rmsnorm_heuristics_fwd.hpp"
+
+namespace normkit::norm::detail {
+namespace {
+
+// Elements a thread for the call, or 0 for plan_rows' own.
+int measured_forward_elems(const RowPlanInputs& in) {
+  const std::int64_t n = in.n;
+  if (in.x_bytes == 2) {
+    if (in.residual && n >= 256 && n <= 2048) return 8;
+    if (!in.center && n > 4096 && n <= 8192) return 16;
+    if (in.center && !in.residual && n > 8192 && n <= 16384) return 64;
+    return 0;
+  }
+  if (in.x_bytes == 4) {
+    if (!in.residual && ((n >= 256 && n <= 512) || (n > 4096 && n <= 8192))) return 16;
+    if (in.residual && (n == 256 || (n > 2048 && n <= 4096) || (!in.center && n > 8192 && n <= 16384))) return 16;
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
+  if (in.backward || in.few_rows || in.arch != 90 || !in.weight_as_x || in.weight_bytes == 0 ||
+      in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
+      in.forced_no_prefetch)
+    return in;
+  const int elems = measured_forward_elems(in);
+  if (elems == 0) return in;
+  RowPlanInputs out = in;
+  out.forced_elems_per_thread = elems;
+  return out;
+}
+
+}  // namespace normkit::norm::detail
