@@ -626,3 +626,32 @@ def test_fused_add_cuda_graph_and_compile(kind, fresh_dynamo):
     out = compiled(x2, r2)
     check("compiled out", out, y)
     check_exact("compiled residual", r2, res_ref)
+
+
+# ---------------------------------------------------------------------------
+# with_forward_elems (src/norm/rmsnorm_heuristics_fwd.cpp): the forward plans of other
+# elements a thread than plan_rows' 32 on sm_90, at the ends of their ranges, both
+# norms, forward and backward through autograd (training: the statistics stored).
+
+_MEASURED_FORWARD = [
+    # (center, dtype, residual, N)
+    (False, BF16, True, 256), (True, BF16, True, 2048), (False, FP16, True, 1024),
+    (False, BF16, False, 8192), (False, BF16, True, 5120), (True, BF16, False, 16384), (True, BF16, False, 12288),
+    (False, FP32, False, 256), (True, FP32, False, 512), (False, FP32, False, 8192), (True, FP32, False, 6144),
+    (False, FP32, True, 256), (True, FP32, True, 4096), (False, FP32, True, 16384),
+]
+
+
+@pytest.mark.parametrize("center,xdt,with_res,n", [
+    pytest.param(c, x, r, n, id=f"{'ln' if c else 'rms'}-{NAMES[x]}-{'res' if r else 'nores'}-N{n}")
+    for c, x, r, n in _MEASURED_FORWARD])
+def test_measured_forward_plans(center, xdt, with_res, n):
+    m = (1 << 20) // n + 37  # past kFewRowsForwardElements (calls of few rows are planned apart)
+    x = rand((m, n), xdt).requires_grad_()
+    w = rand((n,), xdt).requires_grad_()
+    b = rand((n,), xdt).requires_grad_() if center else None
+    r = rand((m, n), xdt).requires_grad_() if with_res else None
+    if center:
+        ln_check(layernorm, x, w, b, r, prenorm=with_res, label=f"N={n}")
+    else:
+        fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res, label=f"N={n}")
