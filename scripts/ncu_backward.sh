@@ -4,7 +4,9 @@
 # throughput), which timing alone does not say. The H200 machine (Firecracker) reads the
 # counters; the clocks stay as they are (--clock-control none, the device README's
 # METHOD.md).
-#   usage: NORMKIT_COMMIT=<hash> [CASE_S=90] bash scripts/ncu_backward.sh scripts/ncu_cases/<file>.txt
+#   usage: NORMKIT_COMMIT=<hash> [CASE_S=90] [KERNEL=norm_bwd_kernel] bash scripts/ncu_backward.sh scripts/ncu_cases/<file>.txt
+# KERNEL=norm_fwd_kernel profiles the same step's forward row kernel instead (the
+# override is still NORMKIT_BACKWARD_PLAN's: forward cases take `-`).
 # Cases file: one case a line, `label ; override ; ncu_driver.py flags`, where override
 # is a NORMKIT_BACKWARD_PLAN value or `-` for the plan's own; `#` starts a comment. Each
 # case profiles the third training step's backward row kernel (norm_bwd_kernel: not
@@ -35,7 +37,7 @@ while IFS=';' read -r label override flags; do
   # shellcheck disable=SC2086  # flags is a list
   NORMKIT_BACKWARD_PLAN="$override" NORMKIT_ASSERT_NO_SPILLS=1 NORMKIT_CACHE_DIR=/tmp/ncu-cache \
     timeout -s INT "${CASE_S:-90}" "$NCU" --clock-control none --target-processes all \
-    --kernel-name regex:norm_bwd_kernel --launch-skip 2 --launch-count 1 \
+    --kernel-name "regex:${KERNEL:-norm_bwd_kernel}" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --csv --page details \
     python3 scripts/ncu_driver.py $flags >/tmp/ncu-case.csv 2>/tmp/ncu-case.err
