@@ -232,12 +232,4 @@ __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_i
   }
 }
 
-// One sum (row_sums with K = 1).
-template <int ROWS, int TPR, int CLUSTER, bool ONCE = false, int SLOT = 0>
-__device__ __forceinline__ float row_sum(float v, int sub, int lane_in_row, RowReduceStorage<ROWS, TPR, CLUSTER, 1>& s) {
-  float one[1] = {v};
-  row_sums<ROWS, TPR, CLUSTER, ONCE, SLOT>(one, sub, lane_in_row, s);
-  return one[0];
-}
-
 }  // namespace nk
