@@ -334,7 +334,8 @@ TEST(RmsNormPlan, MeasuredForwardElementsPerThread) {
     RmsFwdSpec other_weight = f;
     other_weight.weight = c.x == f32 ? bf16 : f32;
     if (c.center) other_weight.bias = other_weight.weight;
-    if (!(c.x != f32 && c.n == 16384 && !c.residual))  // 16-bit N=16384 keeps 512 (above)
+    if (!(c.x != f32 && c.n == 16384 && !c.residual)) {  // 16-bit N=16384 keeps 512 (above)
       EXPECT_EQ(plan_fwd(other_weight, 16 / dtype_size(c.x), 90).tpr, std::min(own, 1024)) << c.n;
+    }
   }
 }
