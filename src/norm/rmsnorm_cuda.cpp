@@ -175,7 +175,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
-  if (plan.params_smem) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
+  if (plan.params_smem || plan.smem_row) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.pdl = found->pdl;
   void* args[] = {&p};

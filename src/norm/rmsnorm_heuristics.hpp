@@ -50,6 +50,11 @@ struct RowPlan {
   // the pipeline's persistent CTAs), read there by the epilogue (norm_fwd_kernel's
   // PARAMS_SMEM), instead of one global load per item after the reduction.
   bool params_smem = false;
+  // Forward, register-resident rows (NORMKIT_FORWARD_PLAN's row=smem only): the CTA's
+  // slice of x (and the residual) copied by cp.async into dynamic shared memory and
+  // read there by both passes (norm_fwd_kernel's SMEM_ROW), instead of held in
+  // registers: fewer registers a thread, more CTAs a SM.
+  bool smem_row = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, or params_smem's parameters)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -106,6 +111,7 @@ struct RowPlanInputs {
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
+  bool forced_smem_row = false;   // forward: RowPlan::smem_row asked for (row=smem)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.

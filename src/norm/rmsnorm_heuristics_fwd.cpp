@@ -30,6 +30,8 @@
 // unaligned rows (vectors under 16 bytes).
 #include "rmsnorm_heuristics_fwd.hpp"
 
+#include <algorithm>
+
 namespace normkit::norm::detail {
 namespace {
 
@@ -50,6 +52,13 @@ int measured_forward_elems(const RowPlanInputs& in) {
   return 0;
 }
 
+// Shared memory of an SM (sm_90: 227 KB to CTAs), and what each CTA costs besides
+// its dynamic part (static reduction storage, the 1 KB the driver keeps).
+constexpr std::int64_t kSmemPerSmForRows = 227 * 1024;
+constexpr std::int64_t kSmemReservePerCta = 2 * 1024;
+// One CTA's staged slice at most: a CTA must still fit an SM.
+constexpr std::int64_t kSmemRowBudget = kSmemPerSmForRows - kSmemReservePerCta;
+
 }  // namespace
 
 RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
@@ -62,6 +71,27 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   RowPlanInputs out = in;
   out.forced_elems_per_thread = elems;
   return out;
+}
+
+RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int residual_bytes) {
+  if (!in.forced_smem_row || in.backward || !planned.regs || planned.early_params || planned.vec * in.x_bytes != 16 ||
+      in.arch < 80)
+    return planned;
+  RowPlan p = planned;
+  const std::int64_t nv = (in.n + p.vec - 1) / p.vec;
+  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
+  const std::int64_t items = (slice_v + p.tpr - 1) / p.tpr;
+  const std::int64_t bytes = items * p.threads() * p.vec * (in.x_bytes + residual_bytes);
+  if (bytes > kSmemRowBudget) return planned;
+  p.smem_row = true;
+  p.prefetch = false;     // the staged row replaces the pipeline's second register set,
+  p.params_smem = false;  // and takes the dynamic shared memory of the parameters' copy
+  p.smem_bytes = static_cast<int>(bytes);
+  if (!in.forced_min_blocks) {
+    const std::int64_t by_smem = kSmemPerSmForRows / (bytes + kSmemReservePerCta);
+    p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min<std::int64_t>(by_smem, 2048 / p.threads()), 1, 16));
+  }
+  return p;
 }
 
 }  // namespace normkit::norm::detail

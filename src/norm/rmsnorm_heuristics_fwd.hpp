@@ -12,4 +12,12 @@ namespace normkit::norm::detail {
 // other than plan_rows' own measured faster; any other call unchanged.
 RowPlanInputs with_forward_elems(const RowPlanInputs& in);
 
+// The forward plan with RowPlan::smem_row where NORMKIT_FORWARD_PLAN asks for it
+// (in.forced_smem_row) and the plan allows it (register-resident rows of 16-byte
+// vectors, not a call of few rows' early parameters, a slice that fits an SM; it
+// replaces the pipeline and the shared-memory parameters): its dynamic shared memory and, unless minb= is forced,
+// as many CTAs a SM as that memory and 2048 threads allow. residual_bytes: the
+// residual's element size (0: none), staged beside x.
+RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int residual_bytes);
+
 }  // namespace normkit::norm::detail

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "normkit/runtime/error.hpp"
+#include "rmsnorm_heuristics_fwd.hpp"
 
 namespace normkit::embedded {
 void register_norm_device_headers();  // generated from device/ at build time
@@ -22,6 +23,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_no_prefetch = o.no_prefetch;
   in.forced_cluster = o.cluster;
   in.forced_smem_sums = o.smem_sums;
+  in.forced_smem_row = o.smem_row;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
@@ -95,7 +97,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.params_smem_allowed = s.params_smem_allowed;
   in.store_stats = s.store_rstd;
   force_plan(in, s.plan_override);
-  return plan_rows(in);
+  return with_smem_row(plan_rows(in), in, s.residual ? static_cast<int>(dtype_size(*s.residual)) : 0);
 }
 
 RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
@@ -151,7 +153,8 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   e << "nk::norm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
     << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
-    << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ", " << flag(s.plan.params_smem) << ">";
+    << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ", " << flag(s.plan.params_smem) << ", "
+    << flag(s.plan.smem_row) << ">";
   return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 

@@ -45,7 +45,7 @@ struct IntTag {
 // epilogue reads it there instead of one global load per item after the reduction,
 // each waiting for the store before it.
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
-          bool PREFETCH, bool EARLY, bool PARAMS_SMEM>
+          bool PREFETCH, bool EARLY, bool PARAMS_SMEM, bool SMEM_ROW>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
@@ -65,9 +65,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // one CTA per SM of the compiler, RowPlan::early_params); H200, M=1 N=4096 fp32
   // with a residual by graph replay (6683edb -> 09050e3): 8.6 -> 3.1 us.
   constexpr bool RAW_RES = Cfg::REGS && !is_none<R> && EARLY && !PREFETCH && Cfg::THREADS <= 256 &&
-                           sizeof(X) + size_or_zero<R> <= 8;
-  constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES);
-  constexpr bool H32 = Cfg::REGS && !RAW;
+                           sizeof(X) + size_or_zero<R> <= 8 && !SMEM_ROW;
+  constexpr bool RAW = Cfg::REGS && (is_none<R> || RAW_RES) && !SMEM_ROW;
+  constexpr bool H32 = Cfg::REGS && !RAW && !SMEM_ROW;
+  // SMEM_ROW (RowPlan::smem_row): the thread's items of x (and the residual) are
+  // copied by cp.async into dynamic shared memory as the row is read, and both
+  // passes read them there: the row is read from DRAM once, as RAW, but held in
+  // shared memory, not registers, so a thread needs few registers and an SM holds
+  // as many CTAs as their slices fit (RAW's 64-element rows: two 512-thread CTAs
+  // an SM, whose loads stop during their row's reductions and stores). Entry k of
+  // thread i is at (k * THREADS + i) * item bytes: a warp's reads of one item are
+  // contiguous. A thread reads only what it copied itself (async_copy.cuh), so
+  // cp_async_wait orders them and no barrier is needed.
+  constexpr int X_ITEM = VEC * static_cast<int>(sizeof(X));
+  constexpr int R_ITEM = VEC * size_or_zero<R>;
+  static_assert(!SMEM_ROW || (Cfg::REGS && !PREFETCH && !EARLY && !PARAMS_SMEM && X_ITEM % 16 == 0 && R_ITEM % 16 == 0),
+                "a staged row: one row a CTA, 16-byte items, no other use of the dynamic shared memory");
   constexpr bool BATCH_LOADS =
       H32 && Cfg::THREADS < 1024 && (sizeof(X) + size_or_zero<R> <= 4 || Cfg::ROWS > 1);  // finish_row
   // LOOKAHEAD: 1024-thread rows held in fp32 registers, where all of a row's loads at
@@ -166,6 +179,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     return RowAt{row < p.shape.rows ? row : 0, row < p.shape.rows};
   };
   auto load_raw = [&](const RowAt& at, RawRow& raw) {
+    if constexpr (SMEM_ROW) {
+      const auto* x = reinterpret_cast<const unsigned char*>(row_ptr<X>(p.x, p.shape, at.r));
+      [[maybe_unused]] const unsigned char* res = nullptr;
+      if constexpr (!is_none<R>) res = reinterpret_cast<const unsigned char*>(row_ptr<R>(p.residual, p.shape, at.r));
+      for_each_item<Cfg>([&](int k) {
+        if (!at.active || !t.owns(k)) return;
+        const int entry = k * Cfg::THREADS + static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int c = 0; c < X_ITEM; c += 16)
+          cp_async_16(params_memory + entry * X_ITEM + c, x + t.column(k) * static_cast<int>(sizeof(X)) + c);
+        if constexpr (!is_none<R>) {
+#pragma unroll
+          for (int c = 0; c < R_ITEM; c += 16)
+            cp_async_16(params_memory + Cfg::ITEMS * Cfg::THREADS * X_ITEM + entry * R_ITEM + c,
+                        res + t.column(k) * size_or_zero<R> + c);
+        }
+      });
+      cp_async_commit();
+    }
     if constexpr (RAW) {
       const X* x = row_ptr<X>(p.x, p.shape, at.r);
       for_each_item<Cfg>([&](int k) {
@@ -189,6 +221,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // yet to read (reduce.cuh).
   auto finish_row = [&](auto slot_tag, const RowAt& at, const RawRow& raw) {
     constexpr int SLOT0 = decltype(slot_tag)::value;
+    if constexpr (SMEM_ROW) cp_async_wait<0>();
     const long long r = at.r;
     const bool active = at.active;
     const X* x = row_ptr<X>(p.x, p.shape, r);
@@ -214,6 +247,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
           // The same fp32 sum as load_h's, so residual_out has the same bits.
 #pragma unroll
           for (int i = 0; i < VEC; ++i) v[i] += first ? raw.res[k].get(i) : raw.res[k].get_again(i);
+        }
+      } else if constexpr (SMEM_ROW) {
+        const int entry = k * Cfg::THREADS + static_cast<int>(threadIdx.x);
+        RawVec<X, VEC> xv;
+        xv.pk = *reinterpret_cast<const decltype(xv.pk)*>(params_memory + entry * X_ITEM);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[i] = xv.get(i);
+        if constexpr (!is_none<R>) {
+          RawVec<R, VEC> rv;
+          rv.pk = *reinterpret_cast<const decltype(rv.pk)*>(params_memory + Cfg::ITEMS * Cfg::THREADS * X_ITEM +
+                                                             entry * R_ITEM);
+          // The same fp32 sum as load_h's, so residual_out has the same bits.
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[i] += rv.get(i);
         }
       } else if constexpr (H32) {
         if (first) {

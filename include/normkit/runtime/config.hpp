@@ -28,7 +28,10 @@ struct PlanOverride {
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
-  bool any() const { return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums; }
+  bool smem_row = false;     // row=smem (forward only): the CTA's slice of the row staged in shared memory
+  bool any() const {
+    return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row;
+  }
 };
 
 // Parses such a value ("ept=64,cta=512,minb=2,prefetch=0", any subset) of the

@@ -1,0 +1,100 @@
+// NORMKIT_FORWARD_PLAN's row=smem (RowPlan::smem_row, norm_fwd_kernel's SMEM_ROW,
+// with_smem_row in rmsnorm_heuristics_fwd.cpp): which plans take it, the dynamic
+// shared memory and CTAs per SM it asks for, and its kernels compiled without spills.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kernel_sweep_fixture.hpp"
+#include "normkit/runtime/config.hpp"
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+
+namespace {
+
+RmsFwdSpec smem_row_spec(std::int64_t n, DType x, bool center, bool residual, const char* override_text) {
+  RmsFwdSpec f = norm_fwd_spec(n, x, x, center, residual ? std::optional<DType>(x) : std::nullopt, true);
+  f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", override_text);
+  f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
+  return f;
+}
+
+}  // namespace
+
+// Only when asked: no plan of the sweep's shapes takes it on its own.
+TEST(RmsNormPlan, SmemRowOnlyWhenAsked) {
+  for (const DType x : {bf16, f32})
+    for (std::int64_t n : {256, 1024, 4096, 16384, 65536, 262144})
+      for (const bool center : {false, true})
+        for (const bool residual : {false, true})
+          EXPECT_FALSE(smem_row_spec(n, x, center, residual, "").plan.smem_row) << n;
+}
+
+// The slice's bytes (x, and the residual beside it) as dynamic shared memory, and as
+// many CTAs per SM as 227 KB and 2048 threads allow, unless minb= says otherwise.
+TEST(RmsNormPlan, SmemRowAsksForTheSliceAndFillsTheSm) {
+  // bf16 N=65536: 512 threads of 64 elements over a cluster of two, 64 KB each: three.
+  RowPlan p = smem_row_spec(65536, bf16, false, false, "row=smem").plan;
+  ASSERT_TRUE(p.smem_row) << p.str();
+  EXPECT_EQ(p.tpr, 512);
+  EXPECT_EQ(p.cluster, 2);
+  EXPECT_EQ(p.smem_bytes, 65536);
+  EXPECT_EQ(p.min_blocks, 3);
+  EXPECT_FALSE(p.prefetch);
+  // With a residual of x's dtype, twice the bytes.
+  p = smem_row_spec(65536, bf16, true, true, "row=smem,cta=512").plan;
+  ASSERT_TRUE(p.smem_row) << p.str();
+  EXPECT_EQ(p.smem_bytes, 2 * (65536 / p.cluster) * 2);  // x and residual, bf16, the CTA's slice
+  // 256 threads of 32 elements: 16 KB, eight CTAs (the 2048 threads' limit).
+  p = smem_row_spec(65536, bf16, false, false, "row=smem,ept=32,cta=256").plan;
+  ASSERT_TRUE(p.smem_row) << p.str();
+  EXPECT_EQ(p.smem_bytes, 16384);
+  EXPECT_EQ(p.min_blocks, 8);
+  EXPECT_EQ(smem_row_spec(65536, bf16, false, false, "row=smem,ept=32,cta=256,minb=4").plan.min_blocks, 4);
+  // The 1024-thread rows' shared-memory weights give way to it.
+  RmsFwdSpec res = smem_row_spec(65536, bf16, false, true, "");
+  ASSERT_TRUE(res.plan.params_smem) << res.plan.str();
+  p = smem_row_spec(65536, bf16, false, true, "row=smem").plan;
+  EXPECT_TRUE(p.smem_row && !p.params_smem) << p.str();
+  // Rows in CTAs of several rows: every thread of the CTA has its entries.
+  p = smem_row_spec(1024, bf16, false, false, "row=smem").plan;
+  ASSERT_TRUE(p.smem_row) << p.str();
+  EXPECT_EQ(p.smem_bytes, p.threads() * 2 * ((1024 + p.tpr * 8 - 1) / (p.tpr * 8)) * 8);
+}
+
+// Not where it cannot apply: scalar or 8-byte vectors (odd N, fp16 N=4100), calls of
+// few rows (their early parameters), rows whose plan is not register-resident.
+TEST(RmsNormPlan, SmemRowNotWhereItCannotApply) {
+  EXPECT_FALSE(smem_row_spec(4097, bf16, false, false, "row=smem").plan.smem_row);
+  EXPECT_FALSE(smem_row_spec(4100, f16, false, false, "row=smem").plan.smem_row);
+  RmsFwdSpec few = norm_fwd_spec(4096, bf16, bf16, false, std::nullopt, false);
+  few.few_rows = true;
+  few.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem");
+  few.plan = plan_fwd(few, 8, 90);
+  EXPECT_FALSE(few.plan.smem_row) << few.plan.str();
+  // 256-thread CTAs at N=262144 need a cluster of 16: the plan is the two-pass kernel.
+  const RowPlan two_pass = smem_row_spec(262144, bf16, false, false, "row=smem,cta=256").plan;
+  EXPECT_FALSE(two_pass.regs);
+  EXPECT_FALSE(two_pass.smem_row);
+}
+
+// The overrides measured on the H200 (scripts/plan_cases/forward-smem-row.txt), both
+// norms, bf16 and fp32, with and without a residual, storing the statistics: no spills
+// for sm_90a at the CTAs per SM each asks for.
+TEST_F(RmsNormKernelSweep, SmemRowForwardCompilesWithoutSpills) {
+  int kernels = 0;
+  for (const char* override_text : {"row=smem", "row=smem,cta=256", "row=smem,ept=32,cta=256", "row=smem,ept=32,cta=512"})
+    for (const DType x : {bf16, f32})
+      for (std::int64_t n : {1024, 16384, 65536, 131072, 262144})
+        for (const bool center : {false, true})
+          for (const bool residual : {false, true}) {
+            const RmsFwdSpec f = smem_row_spec(n, x, center, residual, override_text);
+            if (!f.plan.smem_row) continue;
+            expect_fwd_clean(f, "sm_90a");
+            ++kernels;
+          }
+  EXPECT_GE(kernels, 100);
+}
