@@ -1,4 +1,4 @@
-// with_forward_elems (rmsnorm_heuristics_fwd.hpp).
+// with_forward_elems, with_staged_rows and with_smem_row (rmsnorm_heuristics_fwd.hpp).
 //
 // plan_rows gives a forward row 32 elements a thread (two to eight 16-byte loads in
 // flight each), which leaves short rows few threads: a 16-bit row of 1024 with a
@@ -28,6 +28,19 @@
 // N=1024 0.973 -> 1.003, fp32 N=8192 0.959 -> 0.979), none slower by more than 1 %.
 // Not measured, so not planned: N below 256, sm_80/sm_100, weights of another dtype,
 // unaligned rows (vectors under 16 bytes).
+//
+// with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
+// elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
+// 512- or 1024-thread CTAs, one or two of them an SM. Staged in shared memory instead
+// (RowPlan::smem_row: 33-52 registers) an SM holds three to six CTAs. H200, M*N = 2^27,
+// fp32 with weight and bias, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN, one run
+// in one call at 2fa121a (scripts/plan_cases/forward-smem-row.txt, docs/perf/h200-2026-11-30l.md):
+//   N=32768 (row=smem,cta=256) 0.825 -> 0.891; N=65536 (row=smem) 0.787 -> 0.849;
+//   N=131072 (row=smem) 0.697 -> 0.766 (cta=512 0.768).
+// Every other row of N=32768-262144 (both norms, bf16 and fp32, with and without a
+// residual) was slower staged or within 3 %: e.g. RMSNorm bf16 N=65536 0.903 ->
+// 0.886, LayerNorm bf16 0.856 -> 0.674 (register rows of 64 elements, two 512-thread
+// CTAs an SM, need no more CTAs). Not measured: sm_80, sm_100, other dtypes.
 #include "rmsnorm_heuristics_fwd.hpp"
 
 #include <algorithm>
@@ -56,6 +69,9 @@ int measured_forward_elems(const RowPlanInputs& in) {
 // its dynamic part (static reduction storage, the 1 KB the driver keeps).
 constexpr std::int64_t kSmemPerSmForRows = 227 * 1024;
 constexpr std::int64_t kSmemReservePerCta = 2 * 1024;
+// Registers a thread of a staged row keeps at least: at 32 ptxas sm_90a spilled 32
+// bytes (LayerNorm fp32 with a residual, N=20000, whose last items are partly empty).
+constexpr std::int64_t kSmemRowMinRegisters = 40;
 // One CTA's staged slice at most: a CTA must still fit an SM.
 constexpr std::int64_t kSmemRowBudget = kSmemPerSmForRows - kSmemReservePerCta;
 
@@ -70,6 +86,18 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   if (elems == 0) return in;
   RowPlanInputs out = in;
   out.forced_elems_per_thread = elems;
+  return out;
+}
+
+RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
+  if (in.backward || in.few_rows || in.arch != 90 || !in.center || !in.residual || in.x_bytes != 4 ||
+      in.weight_bytes != 4 || (in.bias && in.bias_bytes != 4) || in.max_vec * in.x_bytes < 16 ||
+      in.n <= 16384 || in.n > 131072 || in.forced_elems_per_thread || in.forced_cta_threads ||
+      in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row)
+    return in;
+  RowPlanInputs out = in;
+  out.forced_smem_row = true;
+  if (in.n <= 32768) out.forced_cta_threads = 256;
   return out;
 }
 
@@ -89,7 +117,9 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int resid
   p.smem_bytes = static_cast<int>(bytes);
   if (!in.forced_min_blocks) {
     const std::int64_t by_smem = kSmemPerSmForRows / (bytes + kSmemReservePerCta);
-    p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min<std::int64_t>(by_smem, 2048 / p.threads()), 1, 16));
+    const std::int64_t by_regs = 65536 / (std::int64_t{p.threads()} * kSmemRowMinRegisters);
+    p.min_blocks = static_cast<int>(
+        std::clamp<std::int64_t>(std::min({by_smem, by_regs, std::int64_t{2048 / p.threads()}}), 1, 16));
   }
   return p;
 }

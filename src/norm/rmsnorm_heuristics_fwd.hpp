@@ -12,6 +12,12 @@ namespace normkit::norm::detail {
 // other than plan_rows' own measured faster; any other call unchanged.
 RowPlanInputs with_forward_elems(const RowPlanInputs& in);
 
+// LayerNorm's fp32 rows with a residual at N=16385-131072 on sm_90 (calls of many
+// rows, fp32 weight and bias, 16-byte vectors, no forced fields) with
+// forced_smem_row set, and 256-thread CTAs up to N=32768, where staging the row in
+// shared memory measured faster; any other call unchanged.
+RowPlanInputs with_staged_rows(const RowPlanInputs& in);
+
 // The forward plan with RowPlan::smem_row where NORMKIT_FORWARD_PLAN asks for it
 // (in.forced_smem_row) and the plan allows it (register-resident rows of 16-byte
 // vectors, not a call of few rows' early parameters, a slice that fits an SM; it

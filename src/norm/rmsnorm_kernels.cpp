@@ -97,6 +97,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.params_smem_allowed = s.params_smem_allowed;
   in.store_stats = s.store_rstd;
   force_plan(in, s.plan_override);
+  in = with_staged_rows(in);
   return with_smem_row(plan_rows(in), in, s.residual ? static_cast<int>(dtype_size(*s.residual)) : 0);
 }
 

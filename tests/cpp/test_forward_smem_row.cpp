@@ -24,17 +24,33 @@ RmsFwdSpec smem_row_spec(std::int64_t n, DType x, bool center, bool residual, co
 
 }  // namespace
 
-// Only when asked: no plan of the sweep's shapes takes it on its own.
-TEST(RmsNormPlan, SmemRowOnlyWhenAsked) {
+// Only when asked, or where with_staged_rows measured it faster: LayerNorm's fp32
+// rows with a residual at N=16385-131072 on sm_90 (256-thread CTAs up to 32768).
+TEST(RmsNormPlan, SmemRowOnlyWhenAskedOrMeasured) {
   for (const DType x : {bf16, f32})
-    for (std::int64_t n : {256, 1024, 4096, 16384, 65536, 262144})
+    for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144})
       for (const bool center : {false, true})
         for (const bool residual : {false, true})
-          EXPECT_FALSE(smem_row_spec(n, x, center, residual, "").plan.smem_row) << n;
+          for (const bool stats : {false, true}) {
+            RmsFwdSpec f = norm_fwd_spec(n, x, x, center, residual ? std::optional<DType>(x) : std::nullopt, stats);
+            const RowPlan p = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
+            const bool measured = center && residual && x == f32 && n > 16384 && n <= 131072;
+            EXPECT_EQ(p.smem_row, measured) << n << " " << p.str();
+            if (measured) {
+              EXPECT_EQ(p.tpr, n <= 32768 ? 256 : 512) << n << " " << p.str();
+              EXPECT_GE(p.min_blocks, 3) << p.str();
+            }
+            EXPECT_FALSE(plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 80).smem_row) << "sm_80 " << n;
+          }
+  // Not with a weight of another dtype, nor where a plan field is forced.
+  RmsFwdSpec bf16_weight = norm_fwd_spec(65536, f32, bf16, true, f32, false);
+  EXPECT_FALSE(plan_fwd(bf16_weight, 4, 90).smem_row);
+  EXPECT_FALSE(smem_row_spec(65536, f32, true, true, "ept=16").plan.smem_row);
 }
 
 // The slice's bytes (x, and the residual beside it) as dynamic shared memory, and as
-// many CTAs per SM as 227 KB and 2048 threads allow, unless minb= says otherwise.
+// many CTAs per SM as 227 KB, 2048 threads and 40 registers a thread allow, unless
+// minb= says otherwise.
 TEST(RmsNormPlan, SmemRowAsksForTheSliceAndFillsTheSm) {
   // bf16 N=65536: 512 threads of 64 elements over a cluster of two, 64 KB each: three.
   RowPlan p = smem_row_spec(65536, bf16, false, false, "row=smem").plan;
@@ -48,11 +64,11 @@ TEST(RmsNormPlan, SmemRowAsksForTheSliceAndFillsTheSm) {
   p = smem_row_spec(65536, bf16, true, true, "row=smem,cta=512").plan;
   ASSERT_TRUE(p.smem_row) << p.str();
   EXPECT_EQ(p.smem_bytes, 2 * (65536 / p.cluster) * 2);  // x and residual, bf16, the CTA's slice
-  // 256 threads of 32 elements: 16 KB, eight CTAs (the 2048 threads' limit).
+  // 256 threads of 32 elements: 16 KB, six CTAs (40 registers a thread).
   p = smem_row_spec(65536, bf16, false, false, "row=smem,ept=32,cta=256").plan;
   ASSERT_TRUE(p.smem_row) << p.str();
   EXPECT_EQ(p.smem_bytes, 16384);
-  EXPECT_EQ(p.min_blocks, 8);
+  EXPECT_EQ(p.min_blocks, 6);
   EXPECT_EQ(smem_row_spec(65536, bf16, false, false, "row=smem,ept=32,cta=256,minb=4").plan.min_blocks, 4);
   // The 1024-thread rows' shared-memory weights give way to it.
   RmsFwdSpec res = smem_row_spec(65536, bf16, false, true, "");
@@ -88,7 +104,7 @@ TEST_F(RmsNormKernelSweep, SmemRowForwardCompilesWithoutSpills) {
   int kernels = 0;
   for (const char* override_text : {"row=smem", "row=smem,cta=256", "row=smem,ept=32,cta=256", "row=smem,ept=32,cta=512"})
     for (const DType x : {bf16, f32})
-      for (std::int64_t n : {1024, 16384, 65536, 131072, 262144})
+      for (std::int64_t n : {1024, 16384, 32768, 65536, 131072, 262144})
         for (const bool center : {false, true})
           for (const bool residual : {false, true}) {
             const RmsFwdSpec f = smem_row_spec(n, x, center, residual, override_text);
@@ -96,5 +112,14 @@ TEST_F(RmsNormKernelSweep, SmemRowForwardCompilesWithoutSpills) {
             expect_fwd_clean(f, "sm_90a");
             ++kernels;
           }
+  // with_staged_rows' own plans, with and without the statistics stored.
+  for (std::int64_t n : {20000, 32768, 65536, 131072})
+    for (const bool stats : {false, true}) {
+      RmsFwdSpec f = norm_fwd_spec(n, f32, f32, true, f32, stats);
+      f.plan = plan_fwd(f, 4, 90);
+      ASSERT_TRUE(f.plan.smem_row) << n;
+      expect_fwd_clean(f, "sm_90a");
+      ++kernels;
+    }
   EXPECT_GE(kernels, 100);
 }

@@ -4,7 +4,9 @@ residual) is staged in shared memory by cp.async instead of held in registers
 within the same tolerance of the float64 reference: RMSNorm and LayerNorm, with and
 without a residual, over clusters (N=65536 and 131072), in CTAs of several rows
 (N=1024), in 256- and 512-thread CTAs, outputs poisoned first; and the in-place fused
-add, whose residual_out is the residual it reads, bit-exact in the residual.
+add, whose residual_out is the residual it reads, bit-exact in the residual. Then the
+plans that take it without an override (with_staged_rows: LayerNorm fp32 with a
+residual, N=16385-131072 on sm_90), out of place and in place.
 """
 
 import pytest
@@ -54,3 +56,23 @@ def test_fused_add_in_place_smem_row(override, kind):
         assert _fused(kind, x, residual, w, b, 0.0) is None
     check_exact(f"{override}: residual (in place)", residual, res_ref)
     check(f"{override}: x (in place)", x, y)
+
+
+# with_staged_rows' own plans: LayerNorm's fp32 rows with a residual, N=16385-131072
+# (256-thread CTAs up to 32768), M*N above the calls of few rows.
+@pytest.mark.parametrize("n", [20000, 32768, 65536, 131072])
+def test_layernorm_fp32_residual_rows_staged(n):
+    m = (1 << 21) // n + 5
+    x, r = rand((m, n), FP32), rand((m, n), FP32)
+    w, b = rand((n,), FP32), rand((n,), FP32)
+    poison_next_allocations(((m, n), FP32), ((m, n), FP32), ((m,), FP32), ((m,), FP32))
+    y, h, _, _, rstd_ref = ln_ref_forward(x, w, b, residual=r)
+    out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
+    check(f"N={n}: out", out, y)
+    check(f"N={n}: rstd", rstd, rstd_ref)
+    check_exact(f"N={n}: residual_out", res_out, h)
+    y2, res_ref = _fused_ref("ln", x, r, w, b, 0.0)
+    with torch.no_grad():
+        assert _fused("ln", x, r, w, b, 0.0) is None
+    check_exact(f"N={n}: residual (in place)", r, res_ref)
+    check(f"N={n}: x (in place)", x, y2)
