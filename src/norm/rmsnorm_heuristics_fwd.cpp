@@ -29,6 +29,23 @@
 // Not measured, so not planned: N below 256, sm_80/sm_100, weights of another dtype,
 // unaligned rows (vectors under 16 bytes).
 //
+// Long rows (measured_long_rows): elements a thread, CTA size and CTAs per SM forced
+// where they measured faster than plan_rows' (64 elements in two 512-thread CTAs an
+// SM for 16-bit rows, 16 in 1024-thread CTAs for fp32 with a residual). H200, M*N =
+// 2^27, weight of x's dtype (LayerNorm: and bias), ratio to copy, own plan ->
+// NORMKIT_FORWARD_PLAN, two rounds in one call at bf8b819 (scripts/plan_cases/
+// forward-long-rows-confirm.txt, docs/perf/h200-2026-11-30l.md; one round before in
+// forward-long-small-ctas.txt agreed):
+//   RMSNorm bf16 with a residual N=131072 (ept=32,cta=512,minb=2): 0.903 -> 0.934;
+//   RMSNorm bf16 N=65536 (ept=32,cta=512,minb=3): 0.900 -> 0.916; N=131072
+//   (ept=64,cta=256,minb=4): 0.875 -> 0.890; LayerNorm bf16 N=131072 (the same):
+//   0.804 -> 0.824; LayerNorm fp32 with a residual N=262144 (ept=32,cta=512,minb=2,
+//   a cluster of 16): 0.584 -> 0.682.
+// Not taken: RMSNorm bf16 with a residual N=65536 at 32 (0.943 -> 0.937), LayerNorm
+// bf16 N=65536 at 64/256 (0.854 -> 0.850), RMSNorm fp32 with a residual N=262144 at
+// 32/512 (0.715 -> 0.720). RMSNorm rows are measured without bias, LayerNorm's with
+// one; fp16 rows not at all (taken as 16-bit rows, as the rules above).
+//
 // with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
 // elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
 // 512- or 1024-thread CTAs, one or two of them an SM. Staged in shared memory instead
@@ -47,6 +64,26 @@
 
 namespace normkit::norm::detail {
 namespace {
+
+// Long rows' measured shape (elements a thread, most threads a CTA, CTAs per SM), or
+// zeros for plan_rows' own.
+struct LongRowShape {
+  int elems = 0;
+  int cta = 0;
+  int min_blocks = 0;
+};
+LongRowShape measured_long_rows(const RowPlanInputs& in) {
+  const std::int64_t n = in.n;
+  if (in.x_bytes == 2 && !in.center && !in.bias) {
+    if (in.residual && n > 65536 && n <= 131072) return {32, 512, 2};
+    if (!in.residual && n > 32768 && n <= 65536) return {32, 512, 3};
+    if (!in.residual && n > 65536 && n <= 131072) return {64, 256, 4};
+  }
+  if (in.x_bytes == 2 && in.center && !in.residual && n > 65536 && n <= 131072) return {64, 256, 4};
+  // With a bias: without one ptxas sm_90a spilled 16 bytes at 64 registers.
+  if (in.x_bytes == 4 && in.center && in.residual && in.bias && n > 131072 && n <= 262144) return {32, 512, 2};
+  return {};
+}
 
 // Elements a thread for the call, or 0 for plan_rows' own.
 int measured_forward_elems(const RowPlanInputs& in) {
@@ -80,11 +117,17 @@ constexpr std::int64_t kSmemRowBudget = kSmemPerSmForRows - kSmemReservePerCta;
 RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.weight_as_x || in.weight_bytes == 0 ||
       in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-      in.forced_no_prefetch)
+      in.forced_no_prefetch || in.forced_smem_row)
     return in;
+  RowPlanInputs out = in;
+  if (const LongRowShape shape = measured_long_rows(in); shape.elems != 0) {
+    out.forced_elems_per_thread = shape.elems;
+    out.forced_cta_threads = shape.cta;
+    out.forced_min_blocks = shape.min_blocks;
+    return out;
+  }
   const int elems = measured_forward_elems(in);
   if (elems == 0) return in;
-  RowPlanInputs out = in;
   out.forced_elems_per_thread = elems;
   return out;
 }

@@ -1,0 +1,76 @@
+// The forward's measured long-row shapes (measured_long_rows in
+// rmsnorm_heuristics_fwd.cpp): elements a thread, CTA size and CTAs per SM where they
+// measured faster than plan_rows' own, checked on the plans, then compiled for sm_90a
+// without spills in each dtype and feature combination they are planned for.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernel_sweep_fixture.hpp"
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+
+namespace {
+
+struct LongRow {
+  std::int64_t n;
+  DType x;
+  bool center, residual;
+  int threads, min_blocks;  // the measured shape (tpr, min_blocks)
+};
+// bf16 rows at N=65536-131072 and LayerNorm fp32 with a residual at N=262144, and
+// an N inside each rule's range that is not a power of two.
+const LongRow kLongRows[] = {
+    {131072, bf16, false, true, 512, 2},  {100000, bf16, false, true, 512, 2}, {65536, bf16, false, false, 512, 3},
+    {50000, bf16, false, false, 512, 3},  {131072, bf16, false, false, 256, 4}, {131072, bf16, true, false, 256, 4},
+    {262144, f32, true, true, 512, 2},    {200000, f32, true, true, 512, 2},
+};
+
+RmsFwdSpec long_row_spec(const LongRow& r, DType x, bool stats) {
+  return norm_fwd_spec(r.n, x, x, r.center, r.residual ? std::optional<DType>(x) : std::nullopt, stats);
+}
+
+}  // namespace
+
+TEST(RmsNormPlan, MeasuredLongRowShapes) {
+  for (const LongRow& r : kLongRows) {
+    const RmsFwdSpec f = long_row_spec(r, r.x, false);
+    const RowPlan p = plan_fwd(f, 16 / static_cast<int>(dtype_size(r.x)), 90);
+    EXPECT_TRUE(p.regs && !p.smem_row) << r.n << " " << p.str();
+    EXPECT_EQ(p.tpr, r.threads) << r.n << " center=" << r.center << " residual=" << r.residual << " " << p.str();
+    EXPECT_EQ(p.min_blocks, r.min_blocks) << r.n << " " << p.str();
+    // Not with a weight of another dtype.
+    RmsFwdSpec other = f;
+    other.weight = r.x == f32 ? bf16 : f32;
+    if (r.center) other.bias = other.weight;
+    const RowPlan po = plan_fwd(other, 16 / static_cast<int>(dtype_size(r.x)), 90);
+    EXPECT_FALSE(po.tpr == r.threads && po.min_blocks == r.min_blocks) << "other weight " << r.n << " " << po.str();
+  }
+  // Rows the rules leave alone: RMSNorm bf16 with a residual at N=65536 and with a
+  // bias, LayerNorm bf16 N=65536, RMSNorm fp32 with a residual at N=262144.
+  RmsFwdSpec rms_res = norm_fwd_spec(65536, bf16, bf16, false, bf16, false);
+  EXPECT_EQ(plan_fwd(rms_res, 8, 90).tpr, 1024);
+  RmsFwdSpec rms_bias = norm_fwd_spec(131072, bf16, bf16, false, bf16, false);
+  rms_bias.bias = bf16;
+  EXPECT_NE(plan_fwd(rms_bias, 8, 90).min_blocks, 2);
+  EXPECT_EQ(plan_fwd(norm_fwd_spec(65536, bf16, bf16, true, std::nullopt, false), 8, 90).tpr, 512);
+  EXPECT_EQ(plan_fwd(norm_fwd_spec(262144, f32, f32, false, f32, false), 4, 90).tpr, 1024);
+}
+
+// bf16 and fp16 (16-bit rules), with and without the statistics stored.
+TEST_F(RmsNormKernelSweep, MeasuredLongRowShapesCompileWithoutSpills) {
+  int kernels = 0;
+  for (const LongRow& r : kLongRows)
+    for (const DType x : r.x == f32 ? std::vector<DType>{f32} : std::vector<DType>{bf16, f16})
+      for (const bool stats : {false, true}) {
+        RmsFwdSpec f = long_row_spec(r, x, stats);
+        f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
+        ASSERT_EQ(f.plan.tpr, r.threads) << r.n << " " << f.plan.str();
+        expect_fwd_clean(f, "sm_90a");
+        ++kernels;
+      }
+  EXPECT_EQ(kernels, 28);
+}
