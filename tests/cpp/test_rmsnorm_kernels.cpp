@@ -425,6 +425,9 @@ TEST_F(RmsNormKernelSweep, SixtyFourElementForwardRowsCompileWithoutSpills) {
         if ((n == 40000 || n == 32768 || n == 262144) && w != f32) continue;
         for (const bool center : {false, true}) {
           for (const bool stats : {false, true}) {
+            // Weights of x's dtype on sm_90 at N=65536-131072 (LayerNorm: 131072) take the
+            // measured long-row shapes (test_forward_long_rows.cpp compiles those).
+            if (target == "sm_90a" && w == x && (n == 131072 || (n == 65536 && !center))) continue;
             RmsFwdSpec f = norm_fwd_spec(n, x, w, center, {}, stats);
             f.plan = plan_fwd(f, 8, arch_of(target));
             const std::int64_t threads = n == 40000 ? 1024 : n / 64;  // padded to a power of two
@@ -439,7 +442,7 @@ TEST_F(RmsNormKernelSweep, SixtyFourElementForwardRowsCompileWithoutSpills) {
       }
     }
   }
-  EXPECT_EQ(kernels, 2 * 2 * 2 * 2 * (2 * 3 + 3 * 1));
+  EXPECT_EQ(kernels, 2 * 2 * 2 * 2 * (2 * 3 + 3 * 1) - 12);
 }
 
 TEST_F(RmsNormKernelSweep, IssueGridCompilesWithoutSpillsOnSm90a) {
@@ -507,7 +510,9 @@ TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
       }
     }
   }
-  EXPECT_EQ(kernels, 272);  // the rules' kernels: a rule that stops applying shows here
+  // The rules' kernels: a rule that stops applying shows here. 272, and 8 of RMSNorm's
+  // 16-bit rows with a residual at N=131072 on sm_90 (test_forward_long_rows.cpp).
+  EXPECT_EQ(kernels, 280);
 }
 
 // Decode calls' own plans at N=4096 and 8192 on sm_90 (with_decode_rows): RMSNorm and
