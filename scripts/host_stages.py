@@ -170,20 +170,6 @@ void* empty_kernel_address() { return reinterpret_cast<void*>(&empty_kernel); }
 """
 
 
-def python_loop(fn, calls, rounds, sync):
-    for _ in range(200):
-        fn()
-    sync()
-    r = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        r.append((time.perf_counter() - t) / calls * 1e6)
-    return statistics.median(r)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=10000, help="calls per round (default 10000)")
@@ -198,6 +184,11 @@ def main():
         sys.exit("host_stages: needs a CUDA device (this times the GPU call's host path)")
     import normkit
     import normkit.torch as nkt
+    from normkit.bench.timing import host_loop
+
+    def python_loop(fn, calls, rounds, sync):
+        # The bench's own host loop (200 warm-up calls, one synchronize closing each round).
+        return statistics.median(host_loop(fn, calls, rounds, sync))
 
     t0 = time.time()
     ext = load_inline(

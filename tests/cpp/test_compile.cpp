@@ -125,7 +125,9 @@ TEST_F(Compile, DumpDirGetsSourcePtxCubinAndReport) {
   for (const char* ext : {".cu", ".ptx", ".cubin", ".ptxas.txt"})
     EXPECT_TRUE(std::filesystem::exists(base + ext)) << base << ext;
   // SASS where the toolkit's cuobjdump (and the nvdisasm it runs) work, else no file.
-  if (std::filesystem::exists(base + ".sass")) EXPECT_GT(std::filesystem::file_size(base + ".sass"), 0u) << base;
+  if (std::filesystem::exists(base + ".sass")) {
+    EXPECT_GT(std::filesystem::file_size(base + ".sass"), 0u) << base;
+  }
   std::ifstream ptx(base + ".ptx");
   std::string text((std::istreambuf_iterator<char>(ptx)), {});
   EXPECT_NE(text.find(".entry"), std::string::npos);
