@@ -145,8 +145,10 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
 }
 
 RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int residual_bytes) {
+  // The kernel copies whole 16-byte chunks: x's items are, and the residual's must be
+  // (an fp32 row's bf16 residual is 8 bytes an item).
   if (!in.forced_smem_row || in.backward || !planned.regs || planned.early_params || planned.vec * in.x_bytes != 16 ||
-      in.arch < 80)
+      (planned.vec * residual_bytes) % 16 != 0 || in.arch < 80)
     return planned;
   RowPlan p = planned;
   const std::int64_t nv = (in.n + p.vec - 1) / p.vec;

@@ -81,8 +81,9 @@ TEST(RmsNormPlan, SmemRowAsksForTheSliceAndFillsTheSm) {
   EXPECT_EQ(p.smem_bytes, p.threads() * 2 * ((1024 + p.tpr * 8 - 1) / (p.tpr * 8)) * 8);
 }
 
-// Not where it cannot apply: scalar or 8-byte vectors (odd N, fp16 N=4100), calls of
-// few rows (their early parameters), rows whose plan is not register-resident.
+// Not where it cannot apply: scalar or 8-byte vectors (odd N, fp16 N=4100), residual
+// items under 16 bytes, calls of few rows (their early parameters), rows whose plan is
+// not register-resident.
 TEST(RmsNormPlan, SmemRowNotWhereItCannotApply) {
   EXPECT_FALSE(smem_row_spec(4097, bf16, false, false, "row=smem").plan.smem_row);
   EXPECT_FALSE(smem_row_spec(4100, f16, false, false, "row=smem").plan.smem_row);
@@ -91,6 +92,11 @@ TEST(RmsNormPlan, SmemRowNotWhereItCannotApply) {
   few.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem");
   few.plan = plan_fwd(few, 8, 90);
   EXPECT_FALSE(few.plan.smem_row) << few.plan.str();
+  // A residual whose items are not whole 16-byte chunks (fp32 x, bf16 residual: 8 bytes),
+  // also where with_staged_rows would stage the row (LayerNorm fp32 N=65536).
+  RmsFwdSpec narrow = norm_fwd_spec(65536, f32, f32, true, bf16, false);
+  narrow.plan = plan_fwd(narrow, 4, 90);
+  EXPECT_FALSE(narrow.plan.smem_row) << narrow.plan.str();
   // 256-thread CTAs at N=262144 need a cluster of 16: the plan is the two-pass kernel.
   const RowPlan two_pass = smem_row_spec(262144, bf16, false, false, "row=smem,cta=256").plan;
   EXPECT_FALSE(two_pass.regs);
