@@ -72,11 +72,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   // copied by cp.async into dynamic shared memory as the row is read, and both
   // passes read them there: the row is read from DRAM once, as RAW, but held in
   // shared memory, not registers, so a thread needs few registers and an SM holds
-  // as many CTAs as their slices fit (RAW's 64-element rows: two 512-thread CTAs
-  // an SM, whose loads stop during their row's reductions and stores). Entry k of
-  // thread i is at (k * THREADS + i) * item bytes: a warp's reads of one item are
-  // contiguous. A thread reads only what it copied itself (async_copy.cuh), so
-  // cp_async_wait orders them and no barrier is needed.
+  // as many CTAs as their slices fit. Faster where registers held few CTAs an SM
+  // (LayerNorm's fp32 rows with a residual, 16 elements in 512-1024-thread CTAs:
+  // with_staged_rows); slower for RAW's rows of two 512-thread CTAs an SM (H200,
+  // docs/perf/h200-2026-11-30l.md). Entry k of thread i is at (k * THREADS + i) *
+  // item bytes: a warp's reads of one item are contiguous. A thread reads only what
+  // it copied itself (async_copy.cuh), so cp_async_wait orders them and no barrier
+  // is needed.
   constexpr int X_ITEM = VEC * static_cast<int>(sizeof(X));
   constexpr int R_ITEM = VEC * size_or_zero<R>;
   static_assert(!SMEM_ROW || (Cfg::REGS && !PREFETCH && !EARLY && !PARAMS_SMEM && X_ITEM % 16 == 0 && R_ITEM % 16 == 0),
