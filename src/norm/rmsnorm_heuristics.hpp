@@ -84,6 +84,7 @@ struct RowPlanInputs {
   // rows under 1024 threads' 64 registers, and those spilled with it). Backward:
   // dresidual_out is read (a third row input).
   bool residual = false;
+  bool residual_out = false;  // forward: residual_out is stored (prenorm, or training with a residual)
   bool bias = false;
   // Backward: element size of the widest of dresidual_out and dresidual (0: none).
   int dresidual_bytes = 0;

@@ -86,6 +86,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.x_bytes = static_cast<int>(dtype_size(s.x));
   in.arch = arch;
   in.residual = s.residual.has_value();
+  in.residual_out = s.residual_out.has_value();
   in.center = s.center;
   in.bias = s.bias.has_value();
   in.few_rows = s.few_rows;

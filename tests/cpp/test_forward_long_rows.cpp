@@ -72,5 +72,19 @@ TEST_F(RmsNormKernelSweep, MeasuredLongRowShapesCompileWithoutSpills) {
         expect_fwd_clean(f, "sm_90a");
         ++kernels;
       }
-  EXPECT_EQ(kernels, 28);
+  // Rows with a residual whose residual_out is not stored (inference without prenorm):
+  // RMSNorm's rule holds (clean), LayerNorm fp32's does not apply (it spilled 40-60
+  // bytes, normkit precompile sm_90a, N=200000 and 262144).
+  for (const LongRow& r : kLongRows) {
+    if (!r.residual) continue;
+    for (const bool stats : {false, true}) {
+      RmsFwdSpec f = long_row_spec(r, r.x, stats);
+      f.residual_out.reset();
+      f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(r.x)), 90);
+      EXPECT_EQ(f.plan.tpr == r.threads && f.plan.min_blocks == r.min_blocks, r.x != f32) << r.n << " " << f.plan.str();
+      expect_fwd_clean(f, "sm_90a");
+      ++kernels;
+    }
+  }
+  EXPECT_EQ(kernels, 28 + 8);
 }

@@ -118,14 +118,16 @@ TEST_F(RmsNormKernelSweep, SmemRowForwardCompilesWithoutSpills) {
             expect_fwd_clean(f, "sm_90a");
             ++kernels;
           }
-  // with_staged_rows' own plans, with and without the statistics stored.
+  // with_staged_rows' own plans, with and without the statistics and residual_out stored.
   for (std::int64_t n : {20000, 32768, 65536, 131072})
-    for (const bool stats : {false, true}) {
-      RmsFwdSpec f = norm_fwd_spec(n, f32, f32, true, f32, stats);
-      f.plan = plan_fwd(f, 4, 90);
-      ASSERT_TRUE(f.plan.smem_row) << n;
-      expect_fwd_clean(f, "sm_90a");
-      ++kernels;
-    }
+    for (const bool stats : {false, true})
+      for (const bool residual_out : {false, true}) {
+        RmsFwdSpec f = norm_fwd_spec(n, f32, f32, true, f32, stats);
+        if (!residual_out) f.residual_out.reset();
+        f.plan = plan_fwd(f, 4, 90);
+        ASSERT_TRUE(f.plan.smem_row) << n;
+        expect_fwd_clean(f, "sm_90a");
+        ++kernels;
+      }
   EXPECT_GE(kernels, 100);
 }
