@@ -532,10 +532,12 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   // 64 registers. H200, bf16, M*N = 2^27, ratio to copy, two runs each in one call at
   // 6045181 (NORMKIT_FORWARD_PLAN=minb=2): 0.913 -> 0.962; N=8192 (256 threads) 0.955
   // alike. At 64 registers ptxas sm_90a spilled 16-60 bytes for RMSNorm (24), rows
-  // storing mean and rstd, and fp32 weight or bias: those keep one CTA per SM.
-  if (!in.backward && in.center && in.residual && in.x_bytes == 2 && in.weight_bytes == 2 && in.bias_bytes != 4 &&
-      !in.store_stats && in.arch >= 90 && !in.few_rows && p.regs && p.cluster == 1 && p.threads() == 512 &&
-      p.vec * in.x_bytes == 16)
+  // storing mean and rstd, and fp32 weight or bias: those keep one CTA per SM. So do
+  // rows without a bias or without residual_out (normkit precompile sm_90a, bf16
+  // N=16384: 8 and 24 bytes); the measured rows had both.
+  if (!in.backward && in.center && in.residual && in.residual_out && in.bias && in.x_bytes == 2 &&
+      in.weight_bytes == 2 && in.bias_bytes == 2 && !in.store_stats && in.arch >= 90 && !in.few_rows && p.regs &&
+      p.cluster == 1 && p.threads() == 512 && p.vec * in.x_bytes == 16)
     p.min_blocks = 2;
   // RMSNorm's 16-bit backward rows without dresidual_out hold h, dout and dw sums in
   // fewer registers than the estimate above counts (ptxas: 69-72 where it allows 102):

@@ -158,6 +158,14 @@ TEST(RmsNormPlan, LongForwardRowsTakeTwoCtasPerSm) {
   EXPECT_EQ(fwd(262144, f32, true, f32, f32).tpr, 512);  // measured: 32 elements (test_forward_long_rows.cpp)
   // LayerNorm 16-bit with a residual at N=16384: two 512-thread CTAs per SM.
   EXPECT_EQ(fwd(16384, bf16, true, bf16, bf16).min_blocks, 2);
+  {  // not without a bias or without residual_out (they spilled at two CTAs per SM)
+    RmsFwdSpec no_bias = norm_fwd_spec(16384, bf16, bf16, true, bf16, false);
+    no_bias.bias.reset();
+    EXPECT_EQ(plan_fwd(no_bias, 8, 90).min_blocks, 1);
+    RmsFwdSpec no_residual_out = norm_fwd_spec(16384, bf16, bf16, true, bf16, false);
+    no_residual_out.residual_out.reset();
+    EXPECT_EQ(plan_fwd(no_residual_out, 8, 90).min_blocks, 1);
+  }
   EXPECT_EQ(fwd(16384, f16, true, f32, f16).min_blocks, 2);
   EXPECT_EQ(fwd(16384, bf16, true, bf16, bf16, /*stats=*/true).min_blocks, 1);
   EXPECT_EQ(fwd(16384, bf16, true, bf16, f32).min_blocks, 1);
