@@ -49,8 +49,6 @@ constexpr std::int64_t kAsyncStages = 3;  // RowPlan::async_rows' ring (norm_bwd
 constexpr std::int64_t kAsyncMinRegs = 80;
 constexpr std::int64_t kAsyncMinRegsCentered = 96;
 constexpr std::int64_t kAsyncMinRegsTwoSums = 128;  // two sums of 16 columns (LayerNorm N=4096 with db, below)
-constexpr std::int64_t kSmemPerSm = 227 * 1024;  // sm_90 (sm_80: 163 KB; the budget fits both twice)
-constexpr std::int64_t kSmemPerCta = 2 * 1024;    // static shared memory + the 1 KB the driver reserves
 constexpr std::int64_t kParamsSmemBudget = 128 * 1024;  // RowPlan::params_smem (one CTA per SM)
 
 }  // namespace

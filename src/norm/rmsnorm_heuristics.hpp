@@ -126,6 +126,11 @@ inline constexpr std::int64_t kFewRowsElements = std::int64_t{1} << 23;
 inline constexpr std::int64_t kFewRowsForwardElements = std::int64_t{1} << 20;
 // Forward calls of few rows up to this many rows are decode calls (RowPlanInputs::decode_rows).
 inline constexpr std::int64_t kDecodeRows = 16;
+// Shared memory the plans count on: per SM for CTAs (sm_90; sm_80 has 163 KB, and the
+// budgets that use it fit both twice), and what each CTA costs besides its dynamic
+// part (static shared memory and the 1 KB the driver reserves).
+inline constexpr std::int64_t kSmemPerSm = 227 * 1024;
+inline constexpr std::int64_t kSmemPerCta = 2 * 1024;
 
 RowPlan plan_rows(const RowPlanInputs& in);
 

@@ -104,15 +104,11 @@ int measured_forward_elems(const RowPlanInputs& in) {
   return 0;
 }
 
-// Shared memory of an SM (sm_90: 227 KB to CTAs), and what each CTA costs besides
-// its dynamic part (static reduction storage, the 1 KB the driver keeps).
-constexpr std::int64_t kSmemPerSmForRows = 227 * 1024;
-constexpr std::int64_t kSmemReservePerCta = 2 * 1024;
 // Registers a thread of a staged row keeps at least: at 32 ptxas sm_90a spilled 32
 // bytes (LayerNorm fp32 with a residual, N=20000, whose last items are partly empty).
 constexpr std::int64_t kSmemRowMinRegisters = 40;
 // One CTA's staged slice at most: a CTA must still fit an SM.
-constexpr std::int64_t kSmemRowBudget = kSmemPerSmForRows - kSmemReservePerCta;
+constexpr std::int64_t kSmemRowBudget = kSmemPerSm - kSmemPerCta;
 
 }  // namespace
 
@@ -163,7 +159,7 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int resid
   p.params_smem = false;  // and takes the dynamic shared memory of the parameters' copy
   p.smem_bytes = static_cast<int>(bytes);
   if (!in.forced_min_blocks) {
-    const std::int64_t by_smem = kSmemPerSmForRows / (bytes + kSmemReservePerCta);
+    const std::int64_t by_smem = kSmemPerSm / (bytes + kSmemPerCta);
     const std::int64_t by_regs = 65536 / (std::int64_t{p.threads()} * kSmemRowMinRegisters);
     p.min_blocks = static_cast<int>(
         std::clamp<std::int64_t>(std::min({by_smem, by_regs, std::int64_t{2048 / p.threads()}}), 1, 16));
