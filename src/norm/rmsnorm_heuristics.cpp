@@ -79,7 +79,7 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
 
 RowPlan plan_rows(const RowPlanInputs& given) {
   NK_CHECK(given.n >= 1, "plan_rows: n must be >= 1");
-  const RowPlanInputs in = with_forward_elems(with_decode_rows(with_plain16_rows(given)));
+  const RowPlanInputs in = with_forward_elems(with_staged_rows(with_decode_rows(with_plain16_rows(given))));
   RowPlan p;
   // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
   // (c) keeps the row input's access at <= 16 bytes (the widest LDG).
@@ -576,7 +576,7 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return p;
+  return with_smem_row(p, in);
 }
 
 }  // namespace normkit::norm::detail

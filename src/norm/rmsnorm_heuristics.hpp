@@ -50,12 +50,13 @@ struct RowPlan {
   // the pipeline's persistent CTAs), read there by the epilogue (norm_fwd_kernel's
   // PARAMS_SMEM), instead of one global load per item after the reduction.
   bool params_smem = false;
-  // Forward, register-resident rows (NORMKIT_FORWARD_PLAN's row=smem only): the CTA's
-  // slice of x (and the residual) copied by cp.async into dynamic shared memory and
-  // read there by both passes (norm_fwd_kernel's SMEM_ROW), instead of held in
-  // registers: fewer registers a thread, more CTAs a SM.
+  // Forward, register-resident rows (with_staged_rows' measured rows, or
+  // NORMKIT_FORWARD_PLAN's row=smem): the CTA's slice of x (and the residual) copied by
+  // cp.async into dynamic shared memory and read there by both passes
+  // (norm_fwd_kernel's SMEM_ROW), instead of held in registers: fewer registers a
+  // thread, more CTAs a SM.
   bool smem_row = false;
-  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, or params_smem's parameters)
+  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters or smem_row's row)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
   std::string str() const;
@@ -85,6 +86,7 @@ struct RowPlanInputs {
   // dresidual_out is read (a third row input).
   bool residual = false;
   bool residual_out = false;  // forward: residual_out is stored (prenorm, or training with a residual)
+  int residual_bytes = 0;     // forward: the residual's element size (0: none); RowPlan::smem_row stages it
   bool bias = false;
   // Backward: element size of the widest of dresidual_out and dresidual (0: none).
   int dresidual_bytes = 0;

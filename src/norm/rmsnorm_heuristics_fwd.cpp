@@ -131,7 +131,7 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
 }
 
 RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
-  if (in.backward || in.few_rows || in.arch != 90 || !in.center || !in.residual || in.x_bytes != 4 ||
+  if (in.backward || in.few_rows || in.arch != 90 || !in.center || in.residual_bytes != 4 || in.x_bytes != 4 ||
       in.weight_bytes != 4 || (in.bias && in.bias_bytes != 4) || in.max_vec * in.x_bytes < 16 ||
       in.n <= 16384 || in.n > 131072 || in.forced_elems_per_thread || in.forced_cta_threads ||
       in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row)
@@ -142,7 +142,8 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
   return out;
 }
 
-RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in, int residual_bytes) {
+RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in) {
+  const int residual_bytes = in.residual_bytes;
   // The kernel copies whole 16-byte chunks: x's items are, and the residual's must be
   // (an fp32 row's bf16 residual is 8 bytes an item).
   if (!in.forced_smem_row || in.backward || !planned.regs || planned.early_params || planned.vec * in.x_bytes != 16 ||

@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "normkit/runtime/error.hpp"
-#include "rmsnorm_heuristics_fwd.hpp"
 
 namespace normkit::embedded {
 void register_norm_device_headers();  // generated from device/ at build time
@@ -87,6 +86,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.arch = arch;
   in.residual = s.residual.has_value();
   in.residual_out = s.residual_out.has_value();
+  in.residual_bytes = s.residual ? static_cast<int>(dtype_size(*s.residual)) : 0;
   in.center = s.center;
   in.bias = s.bias.has_value();
   in.few_rows = s.few_rows;
@@ -98,8 +98,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.params_smem_allowed = s.params_smem_allowed;
   in.store_stats = s.store_rstd;
   force_plan(in, s.plan_override);
-  in = with_staged_rows(in);
-  return with_smem_row(plan_rows(in), in, s.residual ? static_cast<int>(dtype_size(*s.residual)) : 0);
+  return plan_rows(in);
 }
 
 RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
