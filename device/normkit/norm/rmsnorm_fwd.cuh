@@ -180,6 +180,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     const long long row = base + t.sub;
     return RowAt{row < p.shape.rows ? row : 0, row < p.shape.rows};
   };
+  // SMEM_ROW: item k's entries of this thread in the dynamic shared memory, x's, then
+  // (after all of x's) the residual's.
+  auto staged_x = [&](int k) { return params_memory + (k * Cfg::THREADS + static_cast<int>(threadIdx.x)) * X_ITEM; };
+  auto staged_res = [&](int k) {
+    return params_memory + Cfg::ITEMS * Cfg::THREADS * X_ITEM +
+           (k * Cfg::THREADS + static_cast<int>(threadIdx.x)) * R_ITEM;
+  };
   auto load_raw = [&](const RowAt& at, RawRow& raw) {
     if constexpr (SMEM_ROW) {
       const auto* x = reinterpret_cast<const unsigned char*>(row_ptr<X>(p.x, p.shape, at.r));
@@ -187,15 +194,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       if constexpr (!is_none<R>) res = reinterpret_cast<const unsigned char*>(row_ptr<R>(p.residual, p.shape, at.r));
       for_each_item<Cfg>([&](int k) {
         if (!at.active || !t.owns(k)) return;
-        const int entry = k * Cfg::THREADS + static_cast<int>(threadIdx.x);
 #pragma unroll
-        for (int c = 0; c < X_ITEM; c += 16)
-          cp_async_16(params_memory + entry * X_ITEM + c, x + t.column(k) * static_cast<int>(sizeof(X)) + c);
+        for (int c = 0; c < X_ITEM; c += 16) cp_async_16(staged_x(k) + c, x + t.column(k) * static_cast<int>(sizeof(X)) + c);
         if constexpr (!is_none<R>) {
 #pragma unroll
-          for (int c = 0; c < R_ITEM; c += 16)
-            cp_async_16(params_memory + Cfg::ITEMS * Cfg::THREADS * X_ITEM + entry * R_ITEM + c,
-                        res + t.column(k) * size_or_zero<R> + c);
+          for (int c = 0; c < R_ITEM; c += 16) cp_async_16(staged_res(k) + c, res + t.column(k) * size_or_zero<R> + c);
         }
       });
       cp_async_commit();
@@ -251,15 +254,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
           for (int i = 0; i < VEC; ++i) v[i] += first ? raw.res[k].get(i) : raw.res[k].get_again(i);
         }
       } else if constexpr (SMEM_ROW) {
-        const int entry = k * Cfg::THREADS + static_cast<int>(threadIdx.x);
         RawVec<X, VEC> xv;
-        xv.pk = *reinterpret_cast<const decltype(xv.pk)*>(params_memory + entry * X_ITEM);
+        xv.pk = *reinterpret_cast<const decltype(xv.pk)*>(staged_x(k));
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[i] = xv.get(i);
         if constexpr (!is_none<R>) {
           RawVec<R, VEC> rv;
-          rv.pk = *reinterpret_cast<const decltype(rv.pk)*>(params_memory + Cfg::ITEMS * Cfg::THREADS * X_ITEM +
-                                                             entry * R_ITEM);
+          rv.pk = *reinterpret_cast<const decltype(rv.pk)*>(staged_res(k));
           // The same fp32 sum as load_h's, so residual_out has the same bits.
 #pragma unroll
           for (int i = 0; i < VEC; ++i) v[i] += rv.get(i);
