@@ -37,18 +37,26 @@ import sys
 import time
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def host_args(doc, name):
+    """The host-time scripts' command line (--calls, --rounds, --json), parsed; exits with a
+    message naming `name` where there is no CUDA device (they time the GPU call's host path)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=10000, help="calls per round (default 10000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
+    import torch
 
+    if not torch.cuda.is_available():
+        sys.exit(f"{name}: needs a CUDA device (this times the GPU call's host path)")
+    return args
+
+
+def main():
+    args = host_args(__doc__, "host_breakdown")
     import torch
     import torch.nn.functional as F
 
-    if not torch.cuda.is_available():
-        sys.exit("host_breakdown: needs a CUDA device (this measures the GPU call's host path)")
     import normkit.torch as nkt
     from normkit.torch import _impl, _ops
 

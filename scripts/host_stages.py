@@ -30,12 +30,12 @@ each round. Queued loops: 256 launches a round (the stream's queue must not fill
 median of 4x --rounds rounds. A diagnostic, not a test: needs a CUDA device.
 """
 
-import argparse
 import json
 import os
 import statistics
-import sys
 import time
+
+from host_breakdown import host_args  # beside this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,17 +171,10 @@ void* empty_kernel_address() { return reinterpret_cast<void*>(&empty_kernel); }
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=10000, help="calls per round (default 10000)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (default 5)")
-    ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args()
-
+    args = host_args(__doc__, "host_stages")
     import torch
     from torch.utils.cpp_extension import load_inline
 
-    if not torch.cuda.is_available():
-        sys.exit("host_stages: needs a CUDA device (this times the GPU call's host path)")
     import normkit
     import normkit.torch as nkt
     from normkit.bench.timing import host_loop
