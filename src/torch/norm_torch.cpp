@@ -51,7 +51,6 @@ namespace nn = normkit::norm;
 using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using OptDtype = std::optional<at::ScalarType>;
 
 const normkit::capi::Table* api = nullptr;
 PyObject* normkit_error = nullptr;  // normkit.NormkitError (a new reference kept for the process)

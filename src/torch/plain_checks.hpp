@@ -5,13 +5,9 @@
 // through both).
 #pragma once
 
-#include <optional>
-
 #include "tensor_glue.hpp"
 
 namespace normkit::torch_glue {
-
-using OptDtype = std::optional<at::ScalarType>;
 
 inline bool supported(at::ScalarType t, bool cuda) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || (!cuda && t == at::kDouble);

@@ -25,6 +25,7 @@ namespace normkit::torch_glue {
 
 namespace nn = normkit::norm;
 using at::Tensor;
+using OptDtype = std::optional<at::ScalarType>;  // a dtype argument that may be absent
 
 // An error from the operator; becomes normkit.NormkitError in Python (and a
 // RuntimeError when raised inside the autograd engine's backward).
