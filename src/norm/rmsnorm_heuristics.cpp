@@ -61,7 +61,7 @@ std::string RowPlan::str() const {
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
          (wait_dots ? " wait" : "") +
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
-         (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
+         (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") + (weight_smem ? " weight_smem" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -576,7 +576,7 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return with_smem_row(p, in);
+  return with_weight_smem(with_smem_row(p, in), in);
 }
 
 }  // namespace normkit::norm::detail

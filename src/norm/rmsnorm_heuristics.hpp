@@ -56,7 +56,12 @@ struct RowPlan {
   // (norm_fwd_kernel's SMEM_ROW), instead of held in registers: fewer registers a
   // thread, more CTAs a SM.
   bool smem_row = false;
-  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters or smem_row's row)
+  // Backward, register rows with a weight (NORMKIT_BACKWARD_PLAN's w=smem only): the
+  // CTA's slice of the weight (one head per CTA) copied once into shared memory and
+  // read there by both passes of every row (norm_bwd_kernel's W_SMEM), instead of two
+  // global loads per item and row.
+  bool weight_smem = false;
+  int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row or weight_smem's slice)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
   std::string str() const;
@@ -114,6 +119,7 @@ struct RowPlanInputs {
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
+  bool forced_weight_smem = false;  // backward: RowPlan::weight_smem asked for (w=smem)
   bool forced_smem_row = false;   // forward: RowPlan::smem_row asked for (row=smem)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the

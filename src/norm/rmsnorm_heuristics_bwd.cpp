@@ -386,4 +386,20 @@ std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std
   return std::max<std::int64_t>(1, std::min(row_groups, per_head));
 }
 
+RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in) {
+  if (!in.forced_weight_smem || !in.backward || !planned.regs || planned.split || in.weight_bytes == 0)
+    return planned;
+  RowPlan p = planned;
+  const std::int64_t nv = (in.n + p.vec - 1) / p.vec;
+  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
+  const std::int64_t item = ((std::int64_t{p.vec} * in.weight_bytes + 15) / 16) * 16;
+  p.weight_smem = true;
+  p.smem_bytes += static_cast<int>(slice_v * item);
+  // sm_80 has 163 KB an SM, not sm_90's kSmemPerSm.
+  const std::int64_t per_sm = in.arch >= 90 ? kSmemPerSm : 163 * 1024;
+  const std::int64_t by_smem = per_sm / (p.smem_bytes + kSmemPerCta);
+  if (!in.forced_min_blocks) p.min_blocks = static_cast<int>(std::clamp<std::int64_t>(std::min<std::int64_t>(p.min_blocks, by_smem), 1, 16));
+  return p;
+}
+
 }  // namespace normkit::norm::detail

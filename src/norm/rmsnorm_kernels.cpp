@@ -23,6 +23,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_cluster = o.cluster;
   in.forced_smem_sums = o.smem_sums;
   in.forced_smem_row = o.smem_row;
+  in.forced_weight_smem = o.weight_smem;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
@@ -180,7 +181,7 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
     << flag(s.plan.row_sums) << ", " << flag(s.plan.stash) << ", "
     << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ", "
-    << flag(s.plan.async_rows) << ">";
+    << flag(s.plan.async_rows) << ", " << flag(s.plan.weight_smem) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

@@ -66,12 +66,15 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "sums" && backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": sums='", value, "' is not smem or regs");
       o.smem_sums = value == "smem";
+    } else if (key == "w" && backward) {
+      NK_CHECK(value == "smem" || value == "global", variable, ": w='", value, "' is not smem or global");
+      o.weight_smem = value == "smem";
     } else if (key == "row" && !backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": row='", value, "' is not smem or regs");
       o.smem_row = value == "smem";
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums)" : ", row)");
+               backward ? ", cluster, sums, w)" : ", row)");
     }
   }
   return o;

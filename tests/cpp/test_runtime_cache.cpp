@@ -127,13 +127,15 @@ TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
                                     "tpr=512", "ept", "ept=6x", "cta=-512", "cluster=1", "cluster=12", "cluster=32"});
     // cluster= (register rows over a cluster) is the backward's only.
     if (forward) {
-      expect_each_rejected(variable, {"cluster=8", "sums=smem", "row=shared", "row=1"});
+      expect_each_rejected(variable, {"cluster=8", "sums=smem", "row=shared", "row=1", "w=smem"});
       setenv(variable, "row=smem,cta=256", 1);
       EXPECT_TRUE(parsed().smem_row && parsed().any());
       setenv(variable, "row=regs", 1);
       EXPECT_FALSE(parsed().any());  // the plan's own choice
     } else {
-      expect_each_rejected(variable, {"row=smem"});  // the forward's only
+      expect_each_rejected(variable, {"row=smem", "w=shared"});  // row= is the forward's only
+      setenv(variable, "w=smem", 1);
+      EXPECT_TRUE(parsed().weight_smem && parsed().any());
       setenv(variable, "cluster=16,cta=1024", 1);
       EXPECT_EQ(parsed().cluster, 16);
       EXPECT_TRUE(parsed().any());

@@ -188,7 +188,7 @@ inline constexpr int kStashGroup = 3;
 // copy). The ring holds them without registers: three CTAs per SM, ~96 KB in flight.
 // Not measured on a GPU yet.
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
-          bool PREFETCH, bool CENTER, bool SMEM_SUMS, bool ASYNC>
+          bool PREFETCH, bool CENTER, bool SMEM_SUMS, bool ASYNC, bool W_SMEM>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
@@ -209,12 +209,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   __shared__ RowReduceStorage<Cfg::ROWS, Cfg::TPR, Cfg::CLUSTER, CENTER ? 2 : 1> reduce_storage;
   __shared__ ClusterPushes<Cfg::ROWS, Cfg::CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
   __shared__ BwdCombineStorage<Cfg> combine;
+  // W_SMEM (RowPlan::weight_smem): the CTA's slice of the weight (a CTA works on one
+  // head) copied once into the dynamic shared memory, ahead of the stash, sums or
+  // ring, and read there by both passes of every row. Read from global memory per
+  // item, each load waited for the previous item's use (register pressure) in pass 1
+  // and for the previous dx store (possible aliasing) in pass 2: two chains of ITEMS
+  // L2 round trips a row (SASS of LayerNorm bf16 N=4096, sm_90a). A thread reads only
+  // the entries it wrote (its own items), so no barrier orders them.
+  static_assert(!W_SMEM || (!is_none<W> && Cfg::REGS), "a weight, register rows");
+  using WPacked = Packed<typename or_type<W, float>::type, VEC>;
+  constexpr int W_ENTRY = (static_cast<int>(sizeof(WPacked)) + 15) / 16 * 16;
+  constexpr int W_BYTES = W_SMEM ? Cfg::SLICE_V * W_ENTRY : 0;
   extern __shared__ __align__(16) unsigned char stash_memory[];
+  unsigned char* const dyn_memory = stash_memory + W_BYTES;
   using Stash = RowStash<Cfg, X, DY>;
-  const Stash stash = Stash::make(stash_memory);
+  const Stash stash = Stash::make(dyn_memory);
   using ColumnSums = SharedColumnSums<VEC, Cfg::SLICE_V>;  // the CTA's columns (its slice of a cluster's row)
-  const ColumnSums dw_smem{reinterpret_cast<float*>(stash_memory)};
-  const ColumnSums db_smem{reinterpret_cast<float*>(stash_memory) + (DW ? ColumnSums::FLOATS : 0)};
+  const ColumnSums dw_smem{reinterpret_cast<float*>(dyn_memory)};
+  const ColumnSums db_smem{reinterpret_cast<float*>(dyn_memory) + (DW ? ColumnSums::FLOATS : 0)};
 
   const RowThread<Cfg> t = RowThread<Cfg>::make();
   row_sums_walk_init(cluster_pushes);
@@ -226,6 +238,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   const long long rows_per_head = p.shape.rows / heads;
   const long long head_offset = head * Cfg::N;
   const long long stride = parts * Cfg::ROWS;
+  auto w_entry = [&](int k) { return reinterpret_cast<WPacked*>(stash_memory + t.slice_vector(k) * W_ENTRY); };
+  if constexpr (W_SMEM) {
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      *w_entry(k) = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + t.column(k));
+    });
+  }
+  // xhat, g and dout of item k (row.expand), its weight from shared memory under W_SMEM.
+  // The row's type is spelled out: a generic lambda here (const auto& row) crashed the
+  // front end of NVRTC and nvcc 13 (segmentation fault).
+  using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
+  auto expand_item = [&](const Row& row, int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp, float (&xh)[VEC],
+                    float (&g)[VEC], float (&d)[VEC]) {
+    if constexpr (W_SMEM) {
+      const WPacked wp = *w_entry(k);
+      float w[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
+      row.expand_with(w, hp, dp, xh, g, d);
+    } else {
+      row.expand(t.column(k), hp, dp, xh, g, d);
+    }
+  };
   float* dw_partial = DW ? p.dweight_partial + (part * heads + head) * Cfg::N : nullptr;
   float* db_partial = SUM_DB ? p.dbias_partial + (part * heads + head) * Cfg::N : nullptr;
 
@@ -259,9 +294,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   constexpr int kStages = 3;
   constexpr int kRingVectors = Cfg::ROWS * Cfg::SLICE_V;
   constexpr int kStageBytes = kRingVectors * static_cast<int>(sizeof(Packed<X, VEC>) + sizeof(Packed<DY, VEC>));
-  auto ring_h = [&](int s) { return reinterpret_cast<Packed<X, VEC>*>(stash_memory + s * kStageBytes); };
+  auto ring_h = [&](int s) { return reinterpret_cast<Packed<X, VEC>*>(dyn_memory + s * kStageBytes); };
   auto ring_dy = [&](int s) {
-    return reinterpret_cast<Packed<DY, VEC>*>(stash_memory + s * kStageBytes +
+    return reinterpret_cast<Packed<DY, VEC>*>(dyn_memory + s * kStageBytes +
                                               kRingVectors * static_cast<int>(sizeof(Packed<X, VEC>)));
   };
   auto ring_index = [&](int k) { return t.sub * Cfg::SLICE_V + t.slice_vector(k); };
@@ -304,9 +339,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     const auto row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>::make(p, at.r, head_offset, at.rstd, at.mean);
     DotAccumulator<CENTER> dot;
     auto consume = [&](int k, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp) {
-      const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
-      row.expand(col, hp, dp, xh, g, d);
+      expand_item(row, k, hp, dp, xh, g, d);
       dot.add(xh, g);
       if constexpr (STASH) {
         stash.h[t.slice_vector(k)] = hp;
@@ -394,11 +428,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       const int col = t.column(k);
       float xh[VEC], g[VEC], d[VEC];
       if constexpr (ASYNC) {
-        row.expand(col, ring_h(stage)[ring_index(k)], ring_dy(stage)[ring_index(k)], xh, g, d);
+        expand_item(row, k, ring_h(stage)[ring_index(k)], ring_dy(stage)[ring_index(k)], xh, g, d);
       } else if constexpr (Cfg::REGS) {
-        row.expand(col, hb[k], db[k], xh, g, d);
+        expand_item(row, k, hb[k], db[k], xh, g, d);
       } else {
-        row.expand(col, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
+        expand_item(row, k, stash.h[t.slice_vector(k)], stash.dy[t.slice_vector(k)], xh, g, d);
       }
       if constexpr (DRO_EARLY) {
         row.store_dx(col, xh, g, means, dro_early[k]);

@@ -65,6 +65,12 @@ struct NormBwdRow {
                                          float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
     float w[VEC];
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+    expand_with(w, hp, dp, xh, g, d);
+  }
+  // The same with the vector's weight (weight_offset added) given.
+  __device__ __forceinline__ void expand_with(const float (&w)[VEC], const Packed<X, VEC>& hp,
+                                              const Packed<DY, VEC>& dp, float (&xh)[VEC], float (&g)[VEC],
+                                              float (&d)[VEC]) const {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       d[i] = to_float(dp.v[i]);

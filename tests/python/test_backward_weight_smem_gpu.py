@@ -1,0 +1,40 @@
+"""NORMKIT_BACKWARD_PLAN's w=smem on the GPU: backward register rows that read their
+weight slice from shared memory (norm_bwd_kernel's W_SMEM, RowPlan::weight_smem) compute
+what the planned kernels do, within the same tolerance of the float64 reference, through
+autograd with dw (and LayerNorm's db): rows of one CTA, of several a CTA, over a cluster,
+with the cp.async ring and shared-memory sums, dresidual_out, and a per-head weight (one
+head a CTA).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
+
+from normkit.torch import layernorm, rmsnorm  # noqa: E402
+from test_layernorm_gpu import ln_check  # noqa: E402
+from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
+    BF16, FP32, _seed, fwd_bwd_check, plan_switch, pytestmark, rand)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("xdt,m,n,with_res", [
+    (BF16, 2100, 4096, False), (BF16, 2100, 4096, True), (BF16, 8200, 1024, True), (FP32, 1030, 8192, False),
+    (BF16, 300, 32768, False), (FP32, 2100, 3000, True)],
+    ids=["bf16-N4096", "bf16-res-N4096", "bf16-res-N1024", "fp32-N8192", "bf16-N32768", "fp32-res-N3000"])
+def test_backward_weight_in_shared_memory(op, xdt, m, n, with_res):
+    x = rand((m, n), xdt).requires_grad_()
+    r = rand((m, n), xdt).requires_grad_() if with_res else None
+    w, b = rand((n,), xdt).requires_grad_(), rand((n,), xdt).requires_grad_()
+    with plan_switch("NORMKIT_BACKWARD_PLAN", "w=smem"):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res, label="w=smem")
+        else:
+            ln_check(layernorm, x, w, b, r, prenorm=with_res, label="w=smem")
+
+
+def test_backward_weight_in_shared_memory_per_head():
+    heads, n = 4, 2048
+    x = rand((600, heads, n), BF16).requires_grad_()
+    w = rand((heads, n), BF16).requires_grad_()
+    with plan_switch("NORMKIT_BACKWARD_PLAN", "w=smem"):
+        fwd_bwd_check(rmsnorm, x, w, label="w=smem per head")
