@@ -565,7 +565,11 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (p.split) p.min_blocks = p.synced ? (in.center ? kSyncedBlocksCentered : kSyncedBlocks) : kSplitBlocks;
   const int by_smem =
       static_cast<int>(std::clamp<std::int64_t>(kSmemPerSm / (p.smem_bytes + kSmemPerCta), 1, 8));
-  if (p.stash) p.min_blocks = by_smem;
+  // The stash's CTAs per SM as its shared memory allows, but 80 registers a thread at
+  // least: 16-bit rows of 256-thread CTAs at N=20480-24576 (40-48 KB a CTA over a
+  // 2-CTA cluster) spilled 324-432 bytes under five (48 registers) and 8-80 under four
+  // (64), ptxas sm_90a; three, as the 72 KB stashes measured (85 registers).
+  if (p.stash) p.min_blocks = std::min(by_smem, std::max(1, 65536 / (p.threads() * 80)));
   // The stash of fp32 rows with dresidual_out and a 16-bit dout: four CTAs' 64
   // registers spilled 8 bytes (N=16384, fp32 h and weight, ptxas sm_90a); three.
   if (p.stash && in.residual && in.x_bytes >= 4 && in.dout_bytes < in.x_bytes) p.min_blocks = std::min(p.min_blocks, 3);

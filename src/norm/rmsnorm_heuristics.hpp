@@ -119,7 +119,7 @@ struct RowPlanInputs {
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
-  bool forced_weight_smem = false;  // backward: RowPlan::weight_smem asked for (w=smem)
+  int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
   bool forced_smem_row = false;   // forward: RowPlan::smem_row asked for (row=smem)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the

@@ -386,15 +386,50 @@ std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std
   return std::max<std::int64_t>(1, std::min(row_groups, per_head));
 }
 
+namespace {
+
+// Vectors of a row's slice one CTA of the plan's cluster owns.
+std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {
+  return ((n + p.vec - 1) / p.vec + p.cluster - 1) / p.cluster;
+}
+
+// Where the plans read the weight from shared memory unasked (sm_90, a weight of x's
+// width, calls of many rows, N <= 32768 as measured). H200 plan cases, w=smem against the plan's own at
+// N=1024-32768, two runs each (h200-2026-12-01.md section 1): 16-bit rows +1-8 %
+// (RMSNorm bf16 with dresidual_out N=1024 0.876 -> 0.938, N=2048 0.877 -> 0.948,
+// without it N=1024 0.904 -> 0.941, N=32768 0.780 -> 0.811; LayerNorm bf16 with it
+// N=16384 0.852 -> 0.882), LayerNorm fp32 with it N=32768 0.894 -> 0.986, the other
+// fp32 rows within -0.6 .. +1.5 %. Left out:
+//  - RMSNorm fp32 without dresidual_out at N=2049-8192: 0.6-1.3 % slower;
+//  - LayerNorm 16-bit rows of several a CTA: ptxas sm_90a spilled 8-96 bytes (the
+//    weight's loads, free of the dx stores' aliasing, are issued ahead and held);
+//  - CTAs capped at 64 registers a thread (1024 threads an SM) without dresidual_out,
+//    LayerNorm fp32 (N=4096, 16384, 32768) and RMSNorm 16-bit with shared-memory sums
+//    or the cp.async ring (N=16384, 5120): 12-48 bytes spilled;
+//  - LayerNorm 16-bit with dresidual_out, three vectors a thread or more at 85
+//    registers or fewer (N=6144, three 256-thread CTAs an SM): 16 bytes spilled.
+bool weight_smem_measured(const RowPlan& p, const RowPlanInputs& in) {
+  if (in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes || in.n > 32768) return false;
+  const bool fp32 = in.x_bytes == 4;
+  if (!in.center && fp32 && !in.residual && in.n > 2048 && in.n <= 8192) return false;
+  if (in.center && !fp32 && p.rows > 1) return false;
+  const bool capped64 = std::int64_t{p.threads()} * p.min_blocks >= 1024;
+  if (capped64 && !in.residual && (in.center ? fp32 : p.smem_sums || p.async_rows)) return false;
+  const std::int64_t items = (slice_vectors(p, in.n) + p.tpr - 1) / p.tpr;
+  if (in.center && !fp32 && in.residual && std::int64_t{p.threads()} * p.min_blocks >= 768 && items >= 3) return false;
+  return true;
+}
+
+}  // namespace
+
 RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in) {
-  if (!in.forced_weight_smem || !in.backward || !planned.regs || planned.split || in.weight_bytes == 0)
+  if (in.forced_weight_smem < 0 || !in.backward || !planned.regs || planned.split || in.weight_bytes == 0 ||
+      (in.forced_weight_smem == 0 && !weight_smem_measured(planned, in)))
     return planned;
   RowPlan p = planned;
-  const std::int64_t nv = (in.n + p.vec - 1) / p.vec;
-  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
-  const std::int64_t item = ((std::int64_t{p.vec} * in.weight_bytes + 15) / 16) * 16;
+  const std::int64_t entry = ((std::int64_t{p.vec} * in.weight_bytes + 15) / 16) * 16;  // W_ENTRY
   p.weight_smem = true;
-  p.smem_bytes += static_cast<int>(slice_v * item);
+  p.smem_bytes += static_cast<int>(slice_vectors(p, in.n) * entry);
   // sm_80 has 163 KB an SM, not sm_90's kSmemPerSm.
   const std::int64_t per_sm = in.arch >= 90 ? kSmemPerSm : 163 * 1024;
   const std::int64_t by_smem = per_sm / (p.smem_bytes + kSmemPerCta);

@@ -70,9 +70,10 @@ RowPlanInputs with_plain16_rows(const RowPlanInputs& in);
 // fp32 backward register rows: the CTAs per SM measured for the plan (0: the
 // register estimate's count stands).
 int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t owned);
-// The backward plan with RowPlan::weight_smem where NORMKIT_BACKWARD_PLAN asks for it
-// (in.forced_weight_smem) and the plan allows it (register rows with a weight): the
-// weight slice's bytes added to the dynamic shared memory, the CTAs per SM capped by it.
+// The backward plan with RowPlan::weight_smem where it measured faster, or where
+// NORMKIT_BACKWARD_PLAN asks for it (in.forced_weight_smem > 0; w=global refuses it),
+// and the plan allows it (register rows with a weight): the weight slice's bytes added
+// to the dynamic shared memory, the CTAs per SM capped by it.
 RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

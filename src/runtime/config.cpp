@@ -68,7 +68,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       o.smem_sums = value == "smem";
     } else if (key == "w" && backward) {
       NK_CHECK(value == "smem" || value == "global", variable, ": w='", value, "' is not smem or global");
-      o.weight_smem = value == "smem";
+      o.weight_smem = value == "smem" ? 1 : -1;
     } else if (key == "row" && !backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": row='", value, "' is not smem or regs");
       o.smem_row = value == "smem";

@@ -135,7 +135,9 @@ TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
     } else {
       expect_each_rejected(variable, {"row=smem", "w=shared"});  // row= is the forward's only
       setenv(variable, "w=smem", 1);
-      EXPECT_TRUE(parsed().weight_smem && parsed().any());
+      EXPECT_TRUE(parsed().weight_smem == 1 && parsed().any());
+      setenv(variable, "w=global", 1);  // refused where the plan would take it
+      EXPECT_TRUE(parsed().weight_smem == -1 && parsed().any());
       setenv(variable, "cluster=16,cta=1024", 1);
       EXPECT_EQ(parsed().cluster, 16);
       EXPECT_TRUE(parsed().any());

@@ -29,7 +29,7 @@ struct PlanOverride {
   int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
   bool smem_row = false;     // row=smem (forward only): the CTA's slice of the row staged in shared memory
-  bool weight_smem = false;  // w=smem (backward only): the CTA's slice of the weight read from shared memory
+  int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
            weight_smem;
