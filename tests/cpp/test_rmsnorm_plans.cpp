@@ -84,7 +84,7 @@ TEST(RmsNormPlan, BackwardPrefetchOnlyForLongSixteenBitRowsOfOneCta) {
     rms.dresidual_out = bf16;
     const RowPlan sums = plan_bwd(rms, 8, 90);
     EXPECT_TRUE(sums.smem_sums && sums.row_sums && sums.threads() == 256) << n << " " << sums.str();
-    EXPECT_EQ(sums.smem_bytes, n * 4) << n << " " << sums.str();
+    EXPECT_EQ(sums.smem_bytes, n * 4 + weight_slice_bytes(sums, n, 2)) << n << " " << sums.str();
     rms.smem_sums_allowed = false;
     const RowPlan p = plan_bwd(rms, 8, 90);
     rms.smem_sums_allowed = true;
@@ -222,7 +222,7 @@ TEST(RmsNormPlan, RingRowsWithDbiasTakeSixteenColumnsOnSm90AtN4096) {
   ln_res.dresidual_out = bf16;
   const RowPlan sums = plan_bwd(ln_res, 8, 90);
   EXPECT_TRUE(sums.smem_sums && sums.threads() == 256 && sums.min_blocks == 4 && !sums.async_rows) << sums.str();
-  EXPECT_EQ(sums.smem_bytes, 2 * 4096 * 4) << sums.str();
+  EXPECT_EQ(sums.smem_bytes, 2 * 4096 * 4 + weight_slice_bytes(sums, 4096, 2)) << sums.str();
   ln_res.smem_sums_allowed = false;
   const RowPlan r = plan_bwd(ln_res, 8, 90);
   EXPECT_TRUE(r.async_rows && !r.prefetch) << r.str();
@@ -517,7 +517,7 @@ TEST(RmsNormPlan, BackwardPlanOverrideReplacesItsFields) {
   b.plan_override.no_prefetch = true;
   const RowPlan plain = plan_bwd(b, 8, 90);
   EXPECT_FALSE(plain.async_rows || plain.prefetch) << plain.str();
-  EXPECT_EQ(plain.smem_bytes, 0) << plain.str();
+  EXPECT_EQ(plain.smem_bytes, weight_slice_bytes(plain, b.n, 2)) << plain.str();
   // The forward takes NORMKIT_FORWARD_PLAN's fields only: these do not reach it.
   RmsFwdSpec f = plain_fwd_spec(4096, bf16);
   const RowPlan fwd = plan_fwd(f, 8, 90);
@@ -569,7 +569,9 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     EXPECT_EQ(p.smem_sums, w.smem_sums) << w.spec.n << " " << p.str();
     // One fp32 sum per column of the CTA's slice, per sum.
     if (w.smem_sums) {
-      EXPECT_EQ(p.smem_bytes, (w.spec.center ? 2 : 1) * w.spec.n / w.cluster * 4) << p.str();
+      EXPECT_EQ(p.smem_bytes, (w.spec.center ? 2 : 1) * w.spec.n / w.cluster * 4 +
+                                  weight_slice_bytes(p, w.spec.n, static_cast<int>(dtype_size(*w.spec.weight))))
+          << p.str();
     }
     for (const int arch : {80, 100}) {
       const RowPlan other = plan_bwd(w.spec, 8, arch);
