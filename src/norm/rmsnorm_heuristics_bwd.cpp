@@ -394,27 +394,33 @@ std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {
 }
 
 // Where the plans read the weight from shared memory unasked (sm_90, a weight of x's
-// width, calls of many rows, N <= 32768 as measured). H200 plan cases, w=smem against the plan's own at
-// N=1024-32768, two runs each (h200-2026-12-01.md section 1): 16-bit rows +1-8 %
-// (RMSNorm bf16 with dresidual_out N=1024 0.876 -> 0.938, N=2048 0.877 -> 0.948,
-// without it N=1024 0.904 -> 0.941, N=32768 0.780 -> 0.811; LayerNorm bf16 with it
-// N=16384 0.852 -> 0.882), LayerNorm fp32 with it N=32768 0.894 -> 0.986, the other
-// fp32 rows within -0.6 .. +1.5 %. Left out:
+// width, calls of many rows). H200 plan cases, two runs each: w=smem against the plans
+// before it at N=1024-32768 (h200-2026-12-01.md section 1), then this rule against
+// w=global over the sweep's N=256-32768 and w=smem forced at N=65536-262144 (section
+// 2). Ratio to copy: RMSNorm bf16 with dresidual_out +2-7 % (N=1024 0.876 -> 0.938,
+// 2048 0.881 -> 0.946, 65536 0.874 -> 0.913), without it +1-9 % (N=1024 0.904 ->
+// 0.936, 262144's cluster rows 0.598 -> 0.652); LayerNorm bf16 with it +1-4 % (N=16384
+// 0.848 -> 0.883, 65536 0.605 -> 0.629); LayerNorm fp32 with it N=32768-131072 +9-14 %
+// (0.895 -> 0.974, 0.827 -> 0.905, 0.673 -> 0.766), without it N=131072 0.635 ->
+// 0.736; the other fp32 rows within -0.5 .. +2 %. Left out:
 //  - RMSNorm fp32 without dresidual_out at N=2049-8192: 0.6-1.3 % slower;
+//  - LayerNorm 16-bit without dresidual_out beyond N=16384: 0.3-1.7 % slower;
 //  - LayerNorm 16-bit rows of several a CTA: ptxas sm_90a spilled 8-96 bytes (the
 //    weight's loads, free of the dx stores' aliasing, are issued ahead and held);
 //  - CTAs capped at 64 registers a thread (1024 threads an SM) without dresidual_out,
-//    LayerNorm fp32 (N=4096, 16384, 32768) and RMSNorm 16-bit with shared-memory sums
-//    or the cp.async ring (N=16384, 5120): 12-48 bytes spilled;
+//    LayerNorm fp32 (N=4096, 16384, 32768, 65536) and RMSNorm 16-bit rows of one CTA
+//    with shared-memory sums or the cp.async ring (N=16384, 5120): 12-48 bytes spilled
+//    (RMSNorm's over a cluster, N=32768-262144, compiled clean);
 //  - LayerNorm 16-bit with dresidual_out, three vectors a thread or more at 85
 //    registers or fewer (N=6144, three 256-thread CTAs an SM): 16 bytes spilled.
 bool weight_smem_measured(const RowPlan& p, const RowPlanInputs& in) {
-  if (in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes || in.n > 32768) return false;
+  if (in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes) return false;
   const bool fp32 = in.x_bytes == 4;
+  if (in.center && !fp32 && !in.residual && in.n > 16384) return false;
   if (!in.center && fp32 && !in.residual && in.n > 2048 && in.n <= 8192) return false;
   if (in.center && !fp32 && p.rows > 1) return false;
   const bool capped64 = std::int64_t{p.threads()} * p.min_blocks >= 1024;
-  if (capped64 && !in.residual && (in.center ? fp32 : p.smem_sums || p.async_rows)) return false;
+  if (capped64 && !in.residual && (in.center ? fp32 : p.cluster == 1 && (p.smem_sums || p.async_rows))) return false;
   const std::int64_t items = (slice_vectors(p, in.n) + p.tpr - 1) / p.tpr;
   if (in.center && !fp32 && in.residual && std::int64_t{p.threads()} * p.min_blocks >= 768 && items >= 3) return false;
   return true;
