@@ -72,7 +72,7 @@ inline RmsBwdSpec norm_bwd_spec(std::int64_t n, DType x, DType w, bool center, b
 
 // Dynamic shared memory a backward plan's weight slice takes (RowPlan::weight_smem;
 // the kernel's W_ENTRY: one vector of the weight, rounded up to 16 bytes).
-inline std::int64_t weight_slice_bytes(const RowPlan& p, std::int64_t n, int weight_bytes) {
+inline std::int64_t weight_slice_bytes(const RowPlan& p, std::int64_t n, std::int64_t weight_bytes) {
   if (!p.weight_smem) return 0;
   const std::int64_t slice = ((n + p.vec - 1) / p.vec + p.cluster - 1) / p.cluster;
   return slice * ((std::int64_t{p.vec} * weight_bytes + 15) / 16 * 16);

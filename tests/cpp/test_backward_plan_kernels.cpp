@@ -237,7 +237,9 @@ TEST_F(RmsNormKernelSweep, ForcedClusterRowsWithSharedMemorySumsCompileWithoutSp
     b.plan = plan_bwd(b, 8, 90);
     EXPECT_TRUE(b.plan.regs && b.plan.smem_sums && !b.plan.prefetch && b.plan.cluster == c.cluster) << b.plan.str();
     // One fp32 sum per column of the CTA's slice, per sum.
-    EXPECT_EQ(b.plan.smem_bytes, (c.center ? 2 : 1) * c.n / c.cluster * 4) << b.plan.str();
+    EXPECT_EQ(b.plan.smem_bytes,
+              (c.center ? 2 : 1) * c.n / c.cluster * 4 + weight_slice_bytes(b.plan, c.n, dtype_size(c.x)))
+        << b.plan.str();
     kernels += expect_bwd_clean(b, "sm_90a");
   }
   EXPECT_EQ(kernels, 8);
@@ -313,7 +315,7 @@ TEST_F(RmsNormKernelSweep, PlainRowsWithSharedMemorySumsCompileWithoutSpills) {
       EXPECT_TRUE(b.plan.regs && b.plan.row_sums && b.plan.smem_sums && b.plan.rows == 1 && b.plan.cluster == 1 &&
                   !b.plan.prefetch && !b.plan.async_rows)
           << c.n << " " << b.plan.str();
-      EXPECT_EQ(b.plan.smem_bytes, 2 * c.n * 4) << b.plan.str();
+      EXPECT_EQ(b.plan.smem_bytes, 2 * c.n * 4 + weight_slice_bytes(b.plan, c.n, 2)) << b.plan.str();
       EXPECT_EQ(b.plan.min_blocks, c.minb) << b.plan.str();
       kernels += expect_bwd_clean(b, "sm_90a");
     }
