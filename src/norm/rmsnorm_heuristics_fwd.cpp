@@ -46,6 +46,21 @@
 // 32/512 (0.715 -> 0.720). RMSNorm rows are measured without bias, LayerNorm's with
 // one; fp16 rows not at all (taken as 16-bit rows, as the rules above).
 //
+// Short fp32 rows (measured_short_fp32_rows), where Liger-Kernel's forward had been up
+// to 2.8 % faster (sweep at 1b2b6e8): elements a thread with a CTA size or a count of
+// CTAs per SM. H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN, two
+// rounds in one call at 25f7b02 (scripts/plan_cases/forward-fp32-short-ctas.txt,
+// docs/perf/h200-2026-12-01.md section 4):
+//   with a residual, N=257-1024 (ept=16,cta=512): RMSNorm 0.964/0.963 -> 0.968/0.974,
+//   LayerNorm 0.963/0.958 -> 0.969/0.967 (N=512/1024);
+//   with a residual, N=1025-2048 (ept=8,minb=6): RMSNorm 0.969 -> 0.985, LayerNorm
+//   0.974 -> 0.987;
+//   without one, N=2049-4096: LayerNorm (ept=8,minb=6: 512-thread CTAs, so four an
+//   SM at 32 registers) 0.958 -> 0.980, RMSNorm (ept=16,cta=128: rows over a cluster
+//   of two) 0.977 -> 0.989 (LayerNorm lost there: 0.894).
+// Within 0.7 % elsewhere (N=256-8192, both norms, with and without a residual), or
+// slower: 128-thread CTAs at N=8192 0.854-0.884, ept=8 with 512-thread CTAs there 0.640.
+//
 // with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
 // elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
 // 512- or 1024-thread CTAs, one or two of them an SM. Staged in shared memory instead
@@ -87,6 +102,17 @@ LongRowShape measured_long_rows(const RowPlanInputs& in) {
   return {};
 }
 
+// Short fp32 rows' measured shape (the header comment's last part), or zeros.
+LongRowShape measured_short_fp32_rows(const RowPlanInputs& in) {
+  const std::int64_t n = in.n;
+  if (in.x_bytes != 4) return {};
+  if (in.residual && n > 256 && n <= 1024) return {16, 512, 0};
+  if (in.residual && n > 1024 && n <= 2048) return {8, 0, 6};
+  if (!in.residual && in.center && n > 2048 && n <= 4096) return {8, 0, 6};
+  if (!in.residual && !in.center && n > 2048 && n <= 4096) return {16, 128, 0};
+  return {};
+}
+
 // Elements a thread for the call, or 0 for plan_rows' own.
 int measured_forward_elems(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
@@ -118,7 +144,9 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
       in.forced_no_prefetch || in.forced_smem_row)
     return in;
   RowPlanInputs out = in;
-  if (const LongRowShape shape = measured_long_rows(in); shape.elems != 0) {
+  LongRowShape shape = measured_long_rows(in);
+  if (shape.elems == 0) shape = measured_short_fp32_rows(in);
+  if (shape.elems != 0) {
     out.forced_elems_per_thread = shape.elems;
     out.forced_cta_threads = shape.cta;
     out.forced_min_blocks = shape.min_blocks;

@@ -1,4 +1,5 @@
-// The forward's measured long-row shapes (measured_long_rows in
+// The forward's measured long-row and short fp32 shapes (measured_long_rows and
+// measured_short_fp32_rows in
 // rmsnorm_heuristics_fwd.cpp): elements a thread, CTA size and CTAs per SM where they
 // measured faster than plan_rows' own, checked on the plans, then compiled for sm_90a
 // without spills in each dtype and feature combination they are planned for.
@@ -87,4 +88,51 @@ TEST_F(RmsNormKernelSweep, MeasuredLongRowShapesCompileWithoutSpills) {
     }
   }
   EXPECT_EQ(kernels, 28 + 8);
+}
+
+// The short fp32 rows' measured shapes (measured_short_fp32_rows): threads a row, CTA
+// size (threads a row times rows a CTA) and CTAs per SM, at an N of each rule's range
+// and one that is not a power of two; both norms unless the rule names one.
+namespace {
+struct ShortRow {
+  std::int64_t n;
+  bool center, residual;
+  int tpr, cluster, min_blocks;
+};
+const ShortRow kShortFp32Rows[] = {
+    {1024, false, true, 64, 1, 3},  {640, true, true, 64, 1, 4},     {2048, true, true, 256, 1, 6},
+    {1500, false, true, 256, 1, 6}, {4096, true, false, 512, 1, 6}, {3000, true, false, 512, 1, 6},
+    {4096, false, false, 128, 2, 3}, {2560, false, false, 128, 2, 4},
+};
+}  // namespace
+
+TEST(RmsNormPlan, MeasuredShortFp32Shapes) {
+  for (const ShortRow& r : kShortFp32Rows) {
+    const RmsFwdSpec f = norm_fwd_spec(r.n, f32, f32, r.center, r.residual ? std::optional<DType>(f32) : std::nullopt, false);
+    const RowPlan p = plan_fwd(f, 4, 90);
+    EXPECT_TRUE(p.regs) << r.n << " " << p.str();
+    EXPECT_EQ(p.tpr, r.tpr) << r.n << " center=" << r.center << " residual=" << r.residual << " " << p.str();
+    EXPECT_EQ(p.cluster, r.cluster) << r.n << " " << p.str();
+    EXPECT_EQ(p.min_blocks, r.min_blocks) << r.n << " " << p.str();
+  }
+  // Measured on sm_90 only: RMSNorm's N=4096 rows over a cluster of two are not planned
+  // on sm_100.
+  const RmsFwdSpec rms4096 = norm_fwd_spec(4096, f32, f32, false, std::nullopt, false);
+  EXPECT_EQ(plan_fwd(rms4096, 4, 100).cluster, 1) << plan_fwd(rms4096, 4, 100).str();
+  // Outside the ranges: N=256 with a residual keeps 16 elements in 256-thread CTAs.
+  const RowPlan p256 = plan_fwd(norm_fwd_spec(256, f32, f32, false, f32, false), 4, 90);
+  EXPECT_EQ(p256.threads(), 256) << p256.str();
+}
+
+TEST_F(RmsNormKernelSweep, MeasuredShortFp32ShapesCompileWithoutSpills) {
+  int kernels = 0;
+  for (const ShortRow& r : kShortFp32Rows)
+    for (const bool stats : {false, true}) {
+      RmsFwdSpec f = norm_fwd_spec(r.n, f32, f32, r.center, r.residual ? std::optional<DType>(f32) : std::nullopt, stats);
+      f.plan = plan_fwd(f, 4, 90);
+      ASSERT_EQ(f.plan.tpr, r.tpr) << r.n << " " << f.plan.str();
+      expect_fwd_clean(f, "sm_90a");
+      ++kernels;
+    }
+  EXPECT_EQ(kernels, 16);
 }

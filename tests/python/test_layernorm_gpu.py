@@ -639,6 +639,9 @@ _MEASURED_FORWARD = [
     (False, BF16, False, 8192), (False, BF16, True, 5120), (True, BF16, False, 16384), (True, BF16, False, 12288),
     (False, FP32, False, 256), (True, FP32, False, 512), (False, FP32, False, 8192), (True, FP32, False, 6144),
     (False, FP32, True, 256), (True, FP32, True, 4096), (False, FP32, True, 16384),
+    # the short fp32 rows' measured shapes (measured_short_fp32_rows)
+    (False, FP32, True, 1024), (True, FP32, True, 640), (True, FP32, True, 2048), (False, FP32, True, 1500),
+    (True, FP32, False, 4096), (True, FP32, False, 3000), (False, FP32, False, 4096), (False, FP32, False, 2560),
     # the long rows' measured shapes (test_forward_long_rows.cpp)
     (False, BF16, True, 131072), (False, BF16, False, 65536), (False, BF16, False, 131072), (True, BF16, False, 131072),
     (True, FP32, True, 262144),
