@@ -49,17 +49,23 @@
 // Short fp32 rows (measured_short_fp32_rows), where Liger-Kernel's forward had been up
 // to 2.8 % faster (sweep at 1b2b6e8): elements a thread with a CTA size or a count of
 // CTAs per SM. H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN, two
-// rounds in one call at 25f7b02 (scripts/plan_cases/forward-fp32-short-ctas.txt,
-// docs/perf/h200-2026-12-01.md section 4):
-//   with a residual, N=257-1024 (ept=16,cta=512): RMSNorm 0.964/0.963 -> 0.968/0.974,
-//   LayerNorm 0.963/0.958 -> 0.969/0.967 (N=512/1024);
-//   with a residual, N=1025-2048 (ept=8,minb=6): RMSNorm 0.969 -> 0.985, LayerNorm
-//   0.974 -> 0.987;
-//   without one, N=2049-4096: LayerNorm (ept=8,minb=6: 512-thread CTAs, so four an
-//   SM at 32 registers) 0.958 -> 0.980, RMSNorm (ept=16,cta=128: rows over a cluster
-//   of two) 0.977 -> 0.989 (LayerNorm lost there: 0.894).
+// rounds in one call at 25f7b02 (scripts/plan_cases/forward-fp32-short-ctas.txt), then
+// as plans, A/B 25f7b02 -> 497eda9, two runs each (docs/perf/h200-2026-12-01.md
+// sections 4-5):
+//   with a residual, N=257-1024 (ept=16,cta=512): RMSNorm N=512/1024 0.964/0.967 ->
+//   0.972/0.970, LayerNorm 0.965/0.953 -> 0.969/0.962;
+//   with a residual, N=1025-2048 (ept=8,minb=6): RMSNorm N=1500/2048 0.954/0.972 ->
+//   0.978/0.982, LayerNorm 0.958/0.968 -> 0.973/0.982;
+//   LayerNorm without one, N=3585-4096 (ept=8,minb=6: 512-thread CTAs, so four an SM
+//   at 32 registers): N=4096 0.965 -> 0.981 (Liger-Kernel's 1.4 % lead there gone).
+//   Not below: at N=3000 a 512-thread CTA's 375 threads lost (0.972 -> 0.882). RMSNorm
+//   without one at N=4096 (ept=16,cta=128, rows over a cluster of two) 0.977 -> 0.982
+//   but N=3000 0.979 -> 0.943, so not planned.
 // Within 0.7 % elsewhere (N=256-8192, both norms, with and without a residual), or
 // slower: 128-thread CTAs at N=8192 0.854-0.884, ept=8 with 512-thread CTAs there 0.640.
+// Liger-Kernel stays ahead by 1-2 % at RMSNorm with a residual N=256-1024 and without
+// one N=1024, LayerNorm without one N=1024, 2048 and 8192 (not the shape: the plan
+// cases found no CTA shape of ours there within 1 % of it).
 //
 // with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
 // elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
@@ -108,8 +114,7 @@ LongRowShape measured_short_fp32_rows(const RowPlanInputs& in) {
   if (in.x_bytes != 4) return {};
   if (in.residual && n > 256 && n <= 1024) return {16, 512, 0};
   if (in.residual && n > 1024 && n <= 2048) return {8, 0, 6};
-  if (!in.residual && in.center && n > 2048 && n <= 4096) return {8, 0, 6};
-  if (!in.residual && !in.center && n > 2048 && n <= 4096) return {16, 128, 0};
+  if (!in.residual && in.center && n > 3584 && n <= 4096) return {8, 0, 6};
   return {};
 }
 

@@ -101,8 +101,7 @@ struct ShortRow {
 };
 const ShortRow kShortFp32Rows[] = {
     {1024, false, true, 64, 1, 3},  {640, true, true, 64, 1, 4},     {2048, true, true, 256, 1, 6},
-    {1500, false, true, 256, 1, 6}, {4096, true, false, 512, 1, 6}, {3000, true, false, 512, 1, 6},
-    {4096, false, false, 128, 2, 3}, {2560, false, false, 128, 2, 4},
+    {1500, false, true, 256, 1, 6}, {4096, true, false, 512, 1, 6}, {3800, true, false, 512, 1, 6},
 };
 }  // namespace
 
@@ -115,10 +114,11 @@ TEST(RmsNormPlan, MeasuredShortFp32Shapes) {
     EXPECT_EQ(p.cluster, r.cluster) << r.n << " " << p.str();
     EXPECT_EQ(p.min_blocks, r.min_blocks) << r.n << " " << p.str();
   }
-  // Measured on sm_90 only: RMSNorm's N=4096 rows over a cluster of two are not planned
-  // on sm_100.
-  const RmsFwdSpec rms4096 = norm_fwd_spec(4096, f32, f32, false, std::nullopt, false);
-  EXPECT_EQ(plan_fwd(rms4096, 4, 100).cluster, 1) << plan_fwd(rms4096, 4, 100).str();
+  // Measured on sm_90 only; LayerNorm without a residual not at N=3000 (slower: a
+  // 512-thread CTA's 375 threads), RMSNorm not at all.
+  EXPECT_NE(plan_fwd(norm_fwd_spec(2048, f32, f32, true, f32, false), 4, 100).min_blocks, 6);
+  EXPECT_NE(plan_fwd(norm_fwd_spec(3000, f32, f32, true, std::nullopt, false), 4, 90).tpr, 512);
+  EXPECT_NE(plan_fwd(norm_fwd_spec(4096, f32, f32, false, std::nullopt, false), 4, 90).min_blocks, 6);
   // Outside the ranges: N=256 with a residual keeps 16 elements in 256-thread CTAs.
   const RowPlan p256 = plan_fwd(norm_fwd_spec(256, f32, f32, false, f32, false), 4, 90);
   EXPECT_EQ(p256.threads(), 256) << p256.str();
@@ -134,5 +134,5 @@ TEST_F(RmsNormKernelSweep, MeasuredShortFp32ShapesCompileWithoutSpills) {
       expect_fwd_clean(f, "sm_90a");
       ++kernels;
     }
-  EXPECT_EQ(kernels, 16);
+  EXPECT_EQ(kernels, 12);
 }
