@@ -49,6 +49,7 @@ TEST(RmsNormPlan, BackwardWeightInSharedMemory) {
   EXPECT_FALSE(planned(4096, f32, false, false).weight_smem);
   EXPECT_FALSE(planned(8192, f32, false, false).weight_smem);
   EXPECT_FALSE(planned(1024, bf16, true, false).weight_smem);
+  EXPECT_FALSE(planned(4096, bf16, true, false).weight_smem);  // spilled under NVRTC 13.2
   EXPECT_FALSE(planned(16384, f32, true, false).weight_smem);
   EXPECT_FALSE(planned(16384, bf16, false, false).weight_smem);
   EXPECT_FALSE(planned(6144, bf16, true, true).weight_smem);
