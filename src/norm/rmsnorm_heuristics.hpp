@@ -120,7 +120,7 @@ struct RowPlanInputs {
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
-  bool forced_smem_row = false;   // forward: RowPlan::smem_row asked for (row=smem)
+  int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.

@@ -146,7 +146,7 @@ constexpr std::int64_t kSmemRowBudget = kSmemPerSm - kSmemPerCta;
 RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.weight_as_x || in.weight_bytes == 0 ||
       in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-      in.forced_no_prefetch || in.forced_smem_row)
+      in.forced_no_prefetch || in.forced_smem_row > 0)
     return in;
   RowPlanInputs out = in;
   LongRowShape shape = measured_long_rows(in);
@@ -170,7 +170,7 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
       in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row)
     return in;
   RowPlanInputs out = in;
-  out.forced_smem_row = true;
+  out.forced_smem_row = 1;
   if (in.n <= 32768) out.forced_cta_threads = 256;
   return out;
 }
@@ -179,7 +179,7 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in) {
   const int residual_bytes = in.residual_bytes;
   // The kernel copies whole 16-byte chunks: x's items are, and the residual's must be
   // (an fp32 row's bf16 residual is 8 bytes an item).
-  if (!in.forced_smem_row || in.backward || !planned.regs || planned.early_params || planned.vec * in.x_bytes != 16 ||
+  if (in.forced_smem_row <= 0 || in.backward || !planned.regs || planned.early_params || planned.vec * in.x_bytes != 16 ||
       (planned.vec * residual_bytes) % 16 != 0 || in.arch < 80)
     return planned;
   RowPlan p = planned;

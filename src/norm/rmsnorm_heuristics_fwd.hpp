@@ -15,7 +15,8 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in);
 // LayerNorm's fp32 rows with an fp32 residual at N=16385-131072 on sm_90 (calls of many
 // rows, fp32 weight and bias, 16-byte vectors, no forced fields) with
 // forced_smem_row set, and 256-thread CTAs up to N=32768, where staging the row in
-// shared memory measured faster; any other call unchanged.
+// shared memory measured faster; any other call unchanged (NORMKIT_FORWARD_PLAN's
+// row=regs among them: register rows, the other measured rules kept).
 RowPlanInputs with_staged_rows(const RowPlanInputs& in);
 
 // The forward plan with RowPlan::smem_row where in.forced_smem_row asks for it

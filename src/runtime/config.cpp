@@ -71,7 +71,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       o.weight_smem = value == "smem" ? 1 : -1;
     } else if (key == "row" && !backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": row='", value, "' is not smem or regs");
-      o.smem_row = value == "smem";
+      o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
                backward ? ", cluster, sums, w)" : ", row)");

@@ -129,9 +129,9 @@ TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
     if (forward) {
       expect_each_rejected(variable, {"cluster=8", "sums=smem", "row=shared", "row=1", "w=smem"});
       setenv(variable, "row=smem,cta=256", 1);
-      EXPECT_TRUE(parsed().smem_row && parsed().any());
-      setenv(variable, "row=regs", 1);
-      EXPECT_FALSE(parsed().any());  // the plan's own choice
+      EXPECT_TRUE(parsed().smem_row == 1 && parsed().any());
+      setenv(variable, "row=regs", 1);  // refused where the plan would take it
+      EXPECT_TRUE(parsed().smem_row == -1 && parsed().any());
     } else {
       expect_each_rejected(variable, {"row=smem", "w=shared"});  // row= is the forward's only
       setenv(variable, "w=smem", 1);

@@ -28,7 +28,7 @@ struct PlanOverride {
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
-  bool smem_row = false;     // row=smem (forward only): the CTA's slice of the row staged in shared memory
+  int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
