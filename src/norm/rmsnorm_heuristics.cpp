@@ -61,7 +61,8 @@ std::string RowPlan::str() const {
          " split=" + std::to_string(split ? split_items : 0) + (synced ? " synced" : "") +
          (wait_dots ? " wait" : "") +
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
-         (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") + (weight_smem ? " weight_smem" : "") +
+         (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
+         (weight_smem ? " weight_smem" : "") +
          " minb=" + std::to_string(min_blocks);
 }
 

@@ -56,10 +56,10 @@ struct RowPlan {
   // (norm_fwd_kernel's SMEM_ROW), instead of held in registers: fewer registers a
   // thread, more CTAs a SM.
   bool smem_row = false;
-  // Backward, register rows with a weight (NORMKIT_BACKWARD_PLAN's w=smem only): the
-  // CTA's slice of the weight (one head per CTA) copied once into shared memory and
-  // read there by both passes of every row (norm_bwd_kernel's W_SMEM), instead of two
-  // global loads per item and row.
+  // Backward, register rows with a weight (where with_weight_smem measured it faster,
+  // or NORMKIT_BACKWARD_PLAN's w=smem): the CTA's slice of the weight (one head per
+  // CTA) copied once into shared memory and read there by both passes of every row
+  // (norm_bwd_kernel's W_SMEM), instead of two global loads per item and row.
   bool weight_smem = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row or weight_smem's slice)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
