@@ -483,15 +483,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     }
     // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
     const float rstd = 1.f / sqrtf(sum / static_cast<float>(Cfg::N) + p.eps);
-    if constexpr (STORE_RSTD) {
-      // The row statistics asked for (LayerNorm: mean and rstd, each optional).
-      if (active && t.lane == 0 && t.rank == 0) {
-        if (p.rstd != nullptr) p.rstd[r] = rstd;
-        if constexpr (CENTER) {
-          if (p.mean != nullptr) p.mean[r] = mean;
+    // The row statistics asked for (LayerNorm: mean and rstd, each optional). A row of
+    // one register set stores them after its outputs, once its registers are free:
+    // before them, their pointers and row index took registers beside the whole row
+    // (NVRTC 13.2 spilled 16 bytes at 64 registers: LayerNorm fp32 N=32768 over two
+    // 512-thread CTAs, sm_90a). The pipeline's rows (PREFETCH) store them here: after
+    // the outputs they would be held beside the next row's loads (13.2 spilled 12
+    // bytes: RMSNorm bf16 with an fp32 weight, N=32768, 1024 threads).
+    auto store_stats = [&] {
+      if constexpr (STORE_RSTD) {
+        if (active && t.lane == 0 && t.rank == 0) {
+          if (p.rstd != nullptr) p.rstd[r] = rstd;
+          if constexpr (CENTER) {
+            if (p.mean != nullptr) p.mean[r] = mean;
+          }
         }
       }
-    }
+    };
+    if constexpr (PREFETCH && Cfg::CLUSTER == 1) store_stats();
     if (!active) return;
 
     O* const out = PREFETCH ? row_ptr_mut<O>(p.out, p.shape, r) : out_early;
@@ -548,6 +557,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
             // N=32768 and for fp32 rows).
             asm volatile("" ::: "memory");
           });
+          if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();
           return;
         }
       }
@@ -559,6 +569,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         });
       });
     }
+    if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();
   };
 
   const long long first = static_cast<long long>(blockIdx.x / Cfg::CLUSTER) * Cfg::ROWS;
