@@ -487,9 +487,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     // one register set stores them after its outputs, once its registers are free:
     // before them, their pointers and row index took registers beside the whole row
     // (NVRTC 13.2 spilled 16 bytes at 64 registers: LayerNorm fp32 N=32768 over two
-    // 512-thread CTAs, sm_90a). The pipeline's rows (PREFETCH) store them here: after
-    // the outputs they would be held beside the next row's loads (13.2 spilled 12
-    // bytes: RMSNorm bf16 with an fp32 weight, N=32768, 1024 threads).
+    // 512-thread CTAs; and 12 bytes for the pipeline's RMSNorm 16-bit rows over a
+    // cluster, N=50000-200000; sm_90a). The pipeline's rows of one CTA (PREFETCH) store
+    // them here: after the outputs they were held beside the next row's loads (13.2
+    // spilled 12 bytes: RMSNorm bf16 with an fp32 weight, N=32768, 1024 threads).
     auto store_stats = [&] {
       if constexpr (STORE_RSTD) {
         if (active && t.lane == 0 && t.rank == 0) {
