@@ -486,8 +486,7 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   }
 
   // Register budget per thread -> minimum CTAs per SM for __launch_bounds__.
-  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
-  const std::int64_t owned = ((slice_v + p.tpr - 1) / p.tpr) * p.vec;
+  const std::int64_t owned = ((slice_vectors(p, in.n) + p.tpr - 1) / p.tpr) * p.vec;
   // Registers per owned element: forward h; backward h + dout in storage dtype,
   // plus the fp32 column sums when the row kernel keeps them.
   const int row_regs = in.x_bytes >= 4 ? 2 : 1;

@@ -140,6 +140,11 @@ inline constexpr std::int64_t kDecodeRows = 16;
 inline constexpr std::int64_t kSmemPerSm = 227 * 1024;
 inline constexpr std::int64_t kSmemPerCta = 2 * 1024;
 
+// Vectors of a row of n elements that one CTA of the plan's cluster owns (its slice).
+inline std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {
+  return ((n + p.vec - 1) / p.vec + p.cluster - 1) / p.cluster;
+}
+
 RowPlan plan_rows(const RowPlanInputs& in);
 
 // The plan for a device with `sm_count` SMs: a synced split plan needs all of a

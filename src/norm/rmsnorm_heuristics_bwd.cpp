@@ -388,11 +388,6 @@ std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std
 
 namespace {
 
-// Vectors of a row's slice one CTA of the plan's cluster owns.
-std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {
-  return ((n + p.vec - 1) / p.vec + p.cluster - 1) / p.cluster;
-}
-
 // Where the plans read the weight from shared memory unasked (sm_90, a weight of x's
 // width, calls of many rows). H200 plan cases, two runs each: w=smem against the plans
 // before it at N=1024-32768 (h200-2026-12-01.md section 1), then this rule against

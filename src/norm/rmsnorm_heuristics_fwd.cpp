@@ -183,9 +183,7 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in) {
       (planned.vec * residual_bytes) % 16 != 0 || in.arch < 80)
     return planned;
   RowPlan p = planned;
-  const std::int64_t nv = (in.n + p.vec - 1) / p.vec;
-  const std::int64_t slice_v = (nv + p.cluster - 1) / p.cluster;
-  const std::int64_t items = (slice_v + p.tpr - 1) / p.tpr;
+  const std::int64_t items = (slice_vectors(p, in.n) + p.tpr - 1) / p.tpr;
   const std::int64_t bytes = items * p.threads() * p.vec * (in.x_bytes + residual_bytes);
   if (bytes > kSmemRowBudget) return planned;
   p.smem_row = true;
