@@ -86,14 +86,15 @@
 namespace normkit::norm::detail {
 namespace {
 
-// Long rows' measured shape (elements a thread, most threads a CTA, CTAs per SM), or
-// zeros for plan_rows' own.
-struct LongRowShape {
+// A measured shape (elements a thread, most threads a CTA, CTAs per SM; zero: plan_rows'
+// own), or all zeros where none was measured.
+struct MeasuredShape {
   int elems = 0;
   int cta = 0;
   int min_blocks = 0;
 };
-LongRowShape measured_long_rows(const RowPlanInputs& in) {
+// Long rows' measured shape.
+MeasuredShape measured_long_rows(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
   if (in.x_bytes == 2 && !in.center && !in.bias) {
     if (in.residual && n > 65536 && n <= 131072) return {32, 512, 2};
@@ -109,7 +110,7 @@ LongRowShape measured_long_rows(const RowPlanInputs& in) {
 }
 
 // Short fp32 rows' measured shape (the header comment's last part), or zeros.
-LongRowShape measured_short_fp32_rows(const RowPlanInputs& in) {
+MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
   if (in.x_bytes != 4) return {};
   if (in.residual && n > 256 && n <= 1024) return {16, 512, 0};
@@ -149,7 +150,7 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
       in.forced_no_prefetch || in.forced_smem_row > 0)
     return in;
   RowPlanInputs out = in;
-  LongRowShape shape = measured_long_rows(in);
+  MeasuredShape shape = measured_long_rows(in);
   if (shape.elems == 0) shape = measured_short_fp32_rows(in);
   if (shape.elems != 0) {
     out.forced_elems_per_thread = shape.elems;
