@@ -441,4 +441,23 @@ RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in) {
   return p;
 }
 
+RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
+  const bool allowed = in.backward && in.arch >= 90 && (planned.regs || planned.stash) && !planned.split &&
+                       !planned.prefetch && !planned.async_rows && in.x_bytes == in.dout_bytes &&
+                       planned.vec * in.x_bytes == 16 && (!in.residual || in.dresidual_out_bytes == in.x_bytes);
+  // Where CTAs at 64 registers a thread spilled with it (ptxas sm_90a): one
+  // 512-thread CTA of 16-bit rows a row (two an SM), 12 bytes for LayerNorm with
+  // dresidual_out (N=8192, NVRTC 13.0) and 56 for RMSNorm with its sums in registers
+  // (N=8192, NVRTC 13.2); LayerNorm fp32 1024-thread CTAs with their sums in
+  // registers, 8 bytes (N=16384 over a cluster of two, NVRTC 13.2).
+  const bool capped64 = planned.threads() * planned.min_blocks >= 1024;
+  const bool spilled =
+      capped64 && ((planned.cluster == 1 && in.x_bytes == 2 && (in.center ? in.residual : !planned.smem_sums)) ||
+                   (planned.threads() == 1024 && in.center && in.x_bytes == 4 && !planned.smem_sums));
+  if (!allowed || spilled || in.forced_l2_next <= 0) return planned;
+  RowPlan p = planned;
+  p.l2_next = true;
+  return p;
+}
+
 }  // namespace normkit::norm::detail

@@ -75,5 +75,11 @@ int fp32_backward_blocks(const RowPlanInputs& in, const RowPlan& p, std::int64_t
 // and the plan allows it (register rows with a weight): the weight slice's bytes added
 // to the dynamic shared memory, the CTAs per SM capped by it.
 RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in);
+// The backward plan with RowPlan::l2_next where it measured faster, or where
+// NORMKIT_BACKWARD_PLAN asks for it (in.forced_l2_next > 0; l2=off refuses it), and
+// the plan allows it: sm_90+, rows loaded one at a time (register rows without the
+// prefetch or the ring, or the stash), x, dout and dresidual_out of one element size
+// in 16-byte vectors.
+RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

@@ -24,6 +24,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_smem_sums = o.smem_sums;
   in.forced_smem_row = o.smem_row;
   in.forced_weight_smem = o.weight_smem;
+  in.forced_l2_next = o.l2_next;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
@@ -119,6 +120,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.dresidual_output = s.dresidual.has_value();
   in.dresidual_bytes = static_cast<int>(std::max(s.dresidual_out ? dtype_size(*s.dresidual_out) : 0,
                                                  s.dresidual ? dtype_size(*s.dresidual) : 0));
+  in.dresidual_out_bytes = s.dresidual_out ? static_cast<int>(dtype_size(*s.dresidual_out)) : 0;
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   in.many_heads = s.many_heads;
@@ -181,7 +183,7 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
     << flag(s.plan.row_sums) << ", " << flag(s.plan.stash) << ", "
     << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ", "
-    << flag(s.plan.async_rows) << ", " << flag(s.plan.weight_smem) << ">";
+    << flag(s.plan.async_rows) << ", " << flag(s.plan.weight_smem) << ", " << flag(s.plan.l2_next) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
 }
 

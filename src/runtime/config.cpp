@@ -69,12 +69,15 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "w" && backward) {
       NK_CHECK(value == "smem" || value == "global", variable, ": w='", value, "' is not smem or global");
       o.weight_smem = value == "smem" ? 1 : -1;
+    } else if (key == "l2" && backward) {
+      NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
+      o.l2_next = value == "next" ? 1 : -1;
     } else if (key == "row" && !backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": row='", value, "' is not smem or regs");
       o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w)" : ", row)");
+               backward ? ", cluster, sums, w, l2)" : ", row)");
     }
   }
   return o;

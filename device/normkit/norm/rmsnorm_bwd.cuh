@@ -188,7 +188,7 @@ inline constexpr int kStashGroup = 3;
 // copy). The ring holds them without registers: three CTAs per SM, ~96 KB in flight.
 // Not measured on a GPU yet.
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool ROW_SUMS, bool STASH,
-          bool PREFETCH, bool CENTER, bool SMEM_SUMS, bool ASYNC, bool W_SMEM>
+          bool PREFETCH, bool CENTER, bool SMEM_SUMS, bool ASYNC, bool W_SMEM, bool L2_NEXT>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel(const NormBwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   static_assert(!STASH || (!Cfg::REGS && Cfg::ROWS == 1), "the stash replaces registers, one row per CTA");
@@ -199,6 +199,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::CLUSTER == 1 &&
                            sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
                 "the cp.async ring: no cluster, 16-byte vectors of h and dout");
+  static_assert(!L2_NEXT || (!PREFETCH && !ASYNC && sizeof(Packed<X, Cfg::VEC>) % 16 == 0 &&
+                             sizeof(Packed<DY, Cfg::VEC>) % 16 == 0 &&
+                             (is_none<DRO> || sizeof(Packed<typename or_type<DRO, float>::type, Cfg::VEC>) % 16 == 0)),
+                "the L2 prefetch of the next row: rows loaded one at a time, whole 16-byte vectors");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
@@ -442,6 +446,34 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
     });
   };
 
+  // L2_NEXT: before this CTA loads its rows, its first thread asks L2 for the CTA's
+  // slices of the rows it takes next (h, dout, dresidual_out), so that
+  // those loads come from L2. Rows loaded one at a time (no register prefetch,
+  // no ring) otherwise wait on HBM's latency with nothing in flight behind them:
+  // ncu on H200, LayerNorm bf16 N=2048 with dw and db, four 128-thread CTAs per SM
+  // (127 registers), found no eligible warp in ~40% of issue slots.
+  auto prefetch_next_rows = [&](long long base) {
+    constexpr bool WHOLE = Cfg::CLUSTER == 1 || Cfg::ALL_OWNED;  // every CTA's slice is SLICE_V vectors
+    const int v0 = static_cast<int>(t.rank) * Cfg::SLICE_V;
+    const int vectors = WHOLE ? Cfg::SLICE_V : (Cfg::NV - v0 < Cfg::SLICE_V ? Cfg::NV - v0 : Cfg::SLICE_V);
+    if (threadIdx.x != 0) return;
+#pragma unroll 1
+    for (int s = 0; s < Cfg::ROWS; ++s) {
+      const long long j = base + s;
+      if (j >= rows_per_head || vectors <= 0) return;
+      const long long r = head + heads * j;
+      const int col = v0 * VEC;
+      prefetch_l2_bulk(row_ptr<X>(p.x, p.shape, r) + col, vectors * static_cast<unsigned>(sizeof(Packed<X, VEC>)));
+      prefetch_l2_bulk(row_ptr<DY>(p.dout, p.shape, r) + col,
+                       vectors * static_cast<unsigned>(sizeof(Packed<DY, VEC>)));
+      if constexpr (!is_none<DRO>) {
+        using D = typename or_type<DRO, float>::type;
+        prefetch_l2_bulk(row_ptr<D>(p.dresidual_out, p.shape, r) + col,
+                         vectors * static_cast<unsigned>(sizeof(Packed<D, VEC>)));
+      }
+    }
+  };
+
   HRow h_a;
   DRow d_a;
   const long long first = part * Cfg::ROWS;
@@ -483,6 +515,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       if (base + stride >= rows_per_head) break;
       at_a = load_row(base + 2 * stride, h_a, d_a);
       finish_row(at_b, h_b, d_b);
+    }
+  } else if constexpr (L2_NEXT) {
+    for (long long base = first; base < rows_per_head; base += stride) {
+      prefetch_next_rows(base + stride);
+      finish_row(load_row(base, h_a, d_a), h_a, d_a);
     }
   } else {
     for (long long base = first; base < rows_per_head; base += stride) finish_row(load_row(base, h_a, d_a), h_a, d_a);
