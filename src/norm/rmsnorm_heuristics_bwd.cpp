@@ -441,6 +441,38 @@ RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in) {
   return p;
 }
 
+namespace {
+
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=l2=next, two runs
+// each in one call (scripts/plan_cases/backward-l2-next.txt at e0fee24,
+// docs/perf/h200-2026-12-01b.md; identical plans of the two cases agreed within 1 %):
+//   16-bit rows over a cluster without dresidual_out: RMSNorm N=32768 (two 1024-thread
+//   CTAs) 0.812 -> 0.872, 65536 0.774 -> 0.793, 131072 0.712 -> 0.720; LayerNorm
+//   N=65536 0.633 -> 0.658, 131072 0.578 -> 0.591, 32768 0.649 -> 0.647;
+//   LayerNorm 16-bit with dresidual_out over a cluster: N=32768 0.646 -> 0.714, 65536
+//   0.627 -> 0.688;
+//   LayerNorm 16-bit rows of one CTA without dresidual_out: N=8192 0.811 -> 0.826,
+//   16384 (one 512-thread CTA an SM) 0.751 -> 0.805;
+//   LayerNorm fp32 over a cluster without dresidual_out: N=32768 0.849 -> 0.869, 65536
+//   0.782 -> 0.784.
+// Slower everywhere else it applied: rows of several a CTA and short rows (N=256-2048:
+// -4 to -36 %; one thread's bulk prefetches a row of each row), RMSNorm 16-bit with
+// dresidual_out (-3 to -11 %), fp32 rows with it (-2 to -30 %), RMSNorm bf16 N=16384's
+// shared-memory sums (0.882 -> 0.676), the fp32 clusters with shared-memory sums
+// (LayerNorm N=131072 0.735 -> 0.612, RMSNorm 0.725 -> 0.601). LayerNorm fp32 rows of
+// one CTA without dresidual_out alternated (N=512 +4.8 %, 1024 -0.5, 2048 +3.4, 4096
+// -6.5, 8192 +2.0): not planned.
+bool l2_next_measured(const RowPlan& p, const RowPlanInputs& in) {
+  if (in.arch != 90 || in.few_rows || in.n > 131072 || p.rows != 1) return false;
+  if (in.x_bytes == 2) {
+    if (p.cluster > 1) return in.center || !in.residual;
+    return in.center && !in.residual && !p.smem_sums && in.n > 4096;
+  }
+  return in.center && !in.residual && p.cluster > 1 && !p.smem_sums && in.n <= 65536;
+}
+
+}  // namespace
+
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
   const bool allowed = in.backward && in.arch >= 90 && (planned.regs || planned.stash) && !planned.split &&
                        !planned.prefetch && !planned.async_rows && in.x_bytes == in.dout_bytes &&
@@ -454,7 +486,8 @@ RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
   const bool spilled =
       capped64 && ((planned.cluster == 1 && in.x_bytes == 2 && (in.center ? in.residual : !planned.smem_sums)) ||
                    (planned.threads() == 1024 && in.center && in.x_bytes == 4 && !planned.smem_sums));
-  if (!allowed || spilled || in.forced_l2_next <= 0) return planned;
+  if (!allowed || spilled || in.forced_l2_next < 0 || (in.forced_l2_next == 0 && !l2_next_measured(planned, in)))
+    return planned;
   RowPlan p = planned;
   p.l2_next = true;
   return p;

@@ -37,13 +37,14 @@ TEST(RmsNormPlan, BackwardL2NextRowOverride) {
     const RowPlan own = planned(n, x, center, dro);
     const RowPlan next = planned(n, x, center, dro, "l2=next");
     ASSERT_FALSE(own.prefetch || own.async_rows || own.split) << n << " " << own.str();
-    EXPECT_FALSE(own.l2_next) << n;  // not planned unasked (not measured yet)
     EXPECT_TRUE(next.l2_next) << n << " " << next.str();
     // Nothing else of the plan moves.
+    const RowPlan off = planned(n, x, center, dro, "l2=off");
+    EXPECT_FALSE(off.l2_next);
     RowPlan same = next;
     same.l2_next = false;
-    EXPECT_EQ(same.str(), own.str());
-    EXPECT_FALSE(planned(n, x, center, dro, "l2=off").l2_next);
+    EXPECT_EQ(same.str(), off.str());
+    EXPECT_EQ(own.str(), (own.l2_next ? next : off).str());
   }
   // Refused: rows that already keep the next row in flight (the register prefetch,
   // the cp.async ring), split rows, another architecture, x and dout of different
@@ -74,6 +75,41 @@ TEST(RmsNormPlan, BackwardL2NextRowOverride) {
   EXPECT_TRUE(planned(32768, f32, true, false, "l2=next").l2_next);
 }
 
+TEST(RmsNormPlan, BackwardL2NextWhereMeasured) {
+  // Faster on the H200 (l2_next_measured): 16-bit rows over a cluster without
+  // dresidual_out, LayerNorm's with it, LayerNorm 16-bit rows of one CTA at
+  // N=4097-16384 without it, LayerNorm fp32 over a cluster without it.
+  for (const std::int64_t n : {32768, 65536, 131072}) {
+    EXPECT_TRUE(planned(n, bf16, false, false).l2_next) << n;
+    EXPECT_TRUE(planned(n, bf16, true, false).l2_next) << n;
+  }
+  EXPECT_TRUE(planned(32768, bf16, true, true).l2_next);
+  EXPECT_TRUE(planned(65536, bf16, true, true).l2_next);
+  EXPECT_TRUE(planned(8192, bf16, true, false).l2_next);
+  EXPECT_TRUE(planned(16384, bf16, true, false).l2_next);
+  EXPECT_TRUE(planned(32768, f32, true, false).l2_next);
+  // Slower or not measured: short rows, RMSNorm 16-bit with dresidual_out, fp32 rows
+  // with it, RMSNorm bf16 N=16384's shared-memory sums, the fp32 cluster with
+  // shared-memory sums, short LayerNorm fp32 rows, calls of few rows, sm_100.
+  for (const std::int64_t n : {256, 1024, 2048, 4096})
+    for (const DType x : {bf16, f32})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) EXPECT_FALSE(planned(n, x, center, dro).l2_next) << n;
+  for (const std::int64_t n : {8192, 16384, 32768, 65536, 131072}) {
+    EXPECT_FALSE(planned(n, bf16, false, true).l2_next) << n;
+    EXPECT_FALSE(planned(n, f32, false, true).l2_next) << n;
+    EXPECT_FALSE(planned(n, f32, true, true).l2_next) << n;
+  }
+  EXPECT_FALSE(planned(16384, bf16, false, false).l2_next);
+  EXPECT_FALSE(planned(16384, bf16, true, true).l2_next);
+  EXPECT_FALSE(planned(131072, f32, true, false).l2_next);
+  EXPECT_FALSE(planned(16384, f32, false, false).l2_next);
+  EXPECT_FALSE(planned(65536, bf16, false, false, "", 100).l2_next);
+  RmsBwdSpec few = norm_bwd_spec(65536, bf16, bf16, false, false);
+  few.few_rows = true;
+  EXPECT_FALSE(plan_bwd(few, 8, 90).l2_next);
+}
+
 TEST(RmsNormPlan, BackwardL2NextKeyIsChecked) {
   EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "l2=next").l2_next, 1);
   EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "l2=off").l2_next, -1);
@@ -94,7 +130,7 @@ TEST_F(RmsNormKernelSweep, BackwardL2NextRowsCompileWithoutSpills) {
   for (const bool center : {false, true})
     for (const DType x : {bf16, f16, f32})
       for (const bool dro : {false, true})
-        for (const std::int64_t n : {256, 1024, 2048, 3000, 4096, 6144, 8192, 16384, 24576, 32768, 65536, 131072}) {
+        for (const std::int64_t n : {256, 1024, 2048, 3000, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 40000, 65536, 100000, 131072}) {
           RmsBwdSpec b = norm_bwd_spec(n, x, x, center, dro);
           b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "l2=next");
           b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90);
