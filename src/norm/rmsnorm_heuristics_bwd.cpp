@@ -474,18 +474,30 @@ bool l2_next_measured(const RowPlan& p, const RowPlanInputs& in) {
 }  // namespace
 
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
+  if (!in.backward) {
+    // The forward's rows of one CTA (cluster) a row group, not the pipeline's or a
+    // decode call's: only NORMKIT_FORWARD_PLAN's l2=next, not measured yet.
+    const bool forward_allowed = in.arch >= 90 && planned.regs && !planned.prefetch && !planned.early_params &&
+                                 planned.vec * in.x_bytes == 16 && planned.vec * in.residual_bytes % 16 == 0;
+    if (!forward_allowed || in.forced_l2_next <= 0) return planned;
+    RowPlan p = planned;
+    p.l2_next = true;
+    return p;
+  }
   const bool allowed = in.backward && in.arch >= 90 && (planned.regs || planned.stash) && !planned.split &&
                        !planned.prefetch && !planned.async_rows && in.x_bytes == in.dout_bytes &&
                        planned.vec * in.x_bytes == 16 && (!in.residual || in.dresidual_out_bytes == in.x_bytes);
   // Where CTAs at 64 registers a thread spilled with it (ptxas sm_90a): one
   // 512-thread CTA of 16-bit rows a row (two an SM), 12 bytes for LayerNorm with
   // dresidual_out (N=8192, NVRTC 13.0) and 56 for RMSNorm with its sums in registers
-  // (N=8192, NVRTC 13.2); LayerNorm fp32 1024-thread CTAs with their sums in
-  // registers, 8 bytes (N=16384 over a cluster of two, NVRTC 13.2).
+  // (N=8192, NVRTC 13.2); LayerNorm fp32 rows with their sums in registers, 8 bytes,
+  // in 1024-thread CTAs (N=16384 over a cluster of two, NVRTC 13.2) and with a 16-bit
+  // weight (N=32768 over a cluster of eight 512-thread CTAs, NVRTC 13.0).
   const bool capped64 = planned.threads() * planned.min_blocks >= 1024;
   const bool spilled =
       capped64 && ((planned.cluster == 1 && in.x_bytes == 2 && (in.center ? in.residual : !planned.smem_sums)) ||
-                   (planned.threads() == 1024 && in.center && in.x_bytes == 4 && !planned.smem_sums));
+                   (in.center && in.x_bytes == 4 && !planned.smem_sums &&
+                    (planned.threads() == 1024 || in.weight_bytes != in.x_bytes)));
   if (!allowed || spilled || in.forced_l2_next < 0 || (in.forced_l2_next == 0 && !l2_next_measured(planned, in)))
     return planned;
   RowPlan p = planned;

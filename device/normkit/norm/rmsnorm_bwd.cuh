@@ -199,10 +199,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   static_assert(!ASYNC || (Cfg::REGS && !PREFETCH && !STASH && !SMEM_SUMS && Cfg::CLUSTER == 1 &&
                            sizeof(Packed<X, Cfg::VEC>) == 16 && sizeof(Packed<DY, Cfg::VEC>) == 16),
                 "the cp.async ring: no cluster, 16-byte vectors of h and dout");
-  static_assert(!L2_NEXT || (!PREFETCH && !ASYNC && sizeof(Packed<X, Cfg::VEC>) % 16 == 0 &&
-                             sizeof(Packed<DY, Cfg::VEC>) % 16 == 0 &&
-                             (is_none<DRO> || sizeof(Packed<typename or_type<DRO, float>::type, Cfg::VEC>) % 16 == 0)),
-                "the L2 prefetch of the next row: rows loaded one at a time, whole 16-byte vectors");
+  static_assert(!L2_NEXT || (!PREFETCH && !ASYNC), "the L2 prefetch of the next row: rows loaded one at a time");
   constexpr int VEC = Cfg::VEC;
   // ROW_SUMS: dw/db accumulate here, in registers; otherwise (long rows, whose
   // registers or stash go to the row itself) norm_bwd_param_kernel computes them.
@@ -453,24 +450,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   // ncu on H200, LayerNorm bf16 N=2048 with dw and db, four 128-thread CTAs per SM
   // (127 registers), found no eligible warp in ~40% of issue slots.
   auto prefetch_next_rows = [&](long long base) {
-    constexpr bool WHOLE = Cfg::CLUSTER == 1 || Cfg::ALL_OWNED;  // every CTA's slice is SLICE_V vectors
-    const int v0 = static_cast<int>(t.rank) * Cfg::SLICE_V;
-    const int vectors = WHOLE ? Cfg::SLICE_V : (Cfg::NV - v0 < Cfg::SLICE_V ? Cfg::NV - v0 : Cfg::SLICE_V);
     if (threadIdx.x != 0) return;
 #pragma unroll 1
     for (int s = 0; s < Cfg::ROWS; ++s) {
       const long long j = base + s;
-      if (j >= rows_per_head || vectors <= 0) return;
+      if (j >= rows_per_head) return;
       const long long r = head + heads * j;
-      const int col = v0 * VEC;
-      prefetch_l2_bulk(row_ptr<X>(p.x, p.shape, r) + col, vectors * static_cast<unsigned>(sizeof(Packed<X, VEC>)));
-      prefetch_l2_bulk(row_ptr<DY>(p.dout, p.shape, r) + col,
-                       vectors * static_cast<unsigned>(sizeof(Packed<DY, VEC>)));
-      if constexpr (!is_none<DRO>) {
-        using D = typename or_type<DRO, float>::type;
-        prefetch_l2_bulk(row_ptr<D>(p.dresidual_out, p.shape, r) + col,
-                         vectors * static_cast<unsigned>(sizeof(Packed<D, VEC>)));
-      }
+      prefetch_slice_l2<Cfg, X>(p.x, p.shape, r, t.rank);
+      prefetch_slice_l2<Cfg, DY>(p.dout, p.shape, r, t.rank);
+      prefetch_slice_l2<Cfg, DRO>(p.dresidual_out, p.shape, r, t.rank);
     }
   };
 

@@ -18,6 +18,7 @@
 //    which then mostly come from L2.
 #pragma once
 
+#include "normkit/common/async_copy.cuh"
 #include "normkit/common/reduce.cuh"
 #include "normkit/common/vector_io.cuh"
 #include "normkit/norm/params.cuh"
@@ -98,6 +99,22 @@ __device__ __forceinline__ const T* row_ptr(const RowsParam& t, const RowsShape&
 template <class T>
 __device__ __forceinline__ T* row_ptr_mut(const RowsParam& t, const RowsShape& s, long long r) {
   return static_cast<T*>(t.data) + row_offset(t, s, r);
+}
+
+// Asks L2 for this CTA's slice of row r of t (the CTA's rank in its cluster, of
+// vectors of Cfg::VEC elements of T), a row that this CTA or a later one reads
+// soon (RowPlan::l2_next). The plans ask for it only where T's vectors are whole
+// 16-byte chunks, as the bulk prefetch needs; nothing for an absent tensor.
+template <class Cfg, class T>
+__device__ __forceinline__ void prefetch_slice_l2(const RowsParam& t, const RowsShape& s, long long r, unsigned rank) {
+  if constexpr (!is_none<T>) {
+    static_assert(sizeof(T) * Cfg::VEC % 16 == 0, "the bulk prefetch takes whole 16-byte chunks");
+    constexpr bool WHOLE = Cfg::CLUSTER == 1 || Cfg::SLICE_V * Cfg::CLUSTER == Cfg::NV;  // every slice SLICE_V long
+    const int v0 = static_cast<int>(rank) * Cfg::SLICE_V;
+    const int vectors = WHOLE ? Cfg::SLICE_V : (Cfg::NV - v0 < Cfg::SLICE_V ? Cfg::NV - v0 : Cfg::SLICE_V);
+    if (vectors > 0)
+      prefetch_l2_bulk(row_ptr<T>(t, s, r) + v0 * Cfg::VEC, vectors * static_cast<unsigned>(sizeof(T) * Cfg::VEC));
+  }
 }
 
 // Per-column parameter (weight/bias) scaled for the epilogue: (p + offset), or
