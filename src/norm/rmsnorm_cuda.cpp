@@ -87,7 +87,7 @@ namespace {
 struct FwdKernel {
   RowPlan plan;
   rt::LoadedKernel kernel;
-  std::int64_t resident_groups = 0;  // plan.prefetch or plan.l2_next: clusters (CTAs) the device holds at once
+  std::int64_t resident_groups = 0;  // plan.prefetch: clusters (CTAs) the device holds at once
   bool pdl = false;                  // launched with programmatic dependent launch
 };
 
@@ -142,10 +142,9 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
-    if (spec.plan.prefetch || spec.plan.l2_next)
+    if (spec.plan.prefetch)
       found->resident_groups =
-          resident_groups(runtime, found->kernel, spec.plan,
-                          spec.plan.params_smem || spec.plan.smem_row ? spec.plan.smem_bytes : 0);
+          resident_groups(runtime, found->kernel, spec.plan, spec.plan.params_smem ? spec.plan.smem_bytes : 0);
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
@@ -167,7 +166,6 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   p.mean = mean;
   p.eps = a.eps;
   p.weight_offset = a.weight_offset;
-  p.l2_ahead_rows = found->resident_groups * plan.rows;
 
   rt::LaunchConfig cfg;
   // The pipelined kernel walks rows: as many row groups as the device holds at

@@ -61,12 +61,10 @@ struct RowPlan {
   // CTA) copied once into shared memory and read there by both passes of every row
   // (norm_bwd_kernel's W_SMEM), instead of two global loads per item and row.
   bool weight_smem = false;
-  // Rows loaded one at a time (no `prefetch`, no `async_rows`; register rows or the
-  // stash) of 16-byte vectors on sm_90+: before a CTA loads a row, it asks L2 for its
-  // slice of a row read next by a bulk prefetch, so that those loads wait on L2 rather
-  // than HBM. Backward (norm_bwd_kernel's L2_NEXT): the next row this persistent CTA
-  // takes. Forward (norm_fwd_kernel's L2_NEXT; NORMKIT_FORWARD_PLAN's l2=next only):
-  // the row of the CTA that takes this one's place, NormFwdParams::l2_ahead_rows on.
+  // Backward, rows loaded one at a time (no `prefetch`, no `async_rows`; register
+  // rows or the stash) of 16-byte vectors on sm_90+: once a CTA's loads of a row are
+  // issued, it asks L2 for its slice of the next row it takes by a bulk prefetch
+  // (norm_bwd_kernel's L2_NEXT), so that those loads wait on L2 rather than HBM.
   bool l2_next = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row or weight_smem's slice)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
@@ -128,7 +126,7 @@ struct RowPlanInputs {
   bool forced_no_prefetch = false;
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
-  int forced_l2_next = 0;  // RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
+  int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the

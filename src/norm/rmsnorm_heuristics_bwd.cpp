@@ -474,16 +474,6 @@ bool l2_next_measured(const RowPlan& p, const RowPlanInputs& in) {
 }  // namespace
 
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
-  if (!in.backward) {
-    // The forward's rows of one CTA (cluster) a row group, not the pipeline's or a
-    // decode call's: only NORMKIT_FORWARD_PLAN's l2=next, not measured yet.
-    const bool forward_allowed = in.arch >= 90 && planned.regs && !planned.prefetch && !planned.early_params &&
-                                 planned.vec * in.x_bytes == 16 && planned.vec * in.residual_bytes % 16 == 0;
-    if (!forward_allowed || in.forced_l2_next <= 0) return planned;
-    RowPlan p = planned;
-    p.l2_next = true;
-    return p;
-  }
   const bool allowed = in.backward && in.arch >= 90 && (planned.regs || planned.stash) && !planned.split &&
                        !planned.prefetch && !planned.async_rows && in.x_bytes == in.dout_bytes &&
                        planned.vec * in.x_bytes == 16 && (!in.residual || in.dresidual_out_bytes == in.x_bytes);

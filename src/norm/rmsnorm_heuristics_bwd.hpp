@@ -79,9 +79,7 @@ RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in);
 // NORMKIT_BACKWARD_PLAN asks for it (in.forced_l2_next > 0; l2=off refuses it), and
 // the plan allows it: sm_90+, rows loaded one at a time (register rows without the
 // prefetch or the ring, or the stash), x, dout and dresidual_out of one element size
-// in 16-byte vectors. The forward plan with it where NORMKIT_FORWARD_PLAN asks for it:
-// register rows of one CTA (cluster) a row group, neither the pipeline nor a decode
-// call's, x and the residual in whole 16-byte vectors.
+// in 16-byte vectors.
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

@@ -158,7 +158,7 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
     << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
     << ", " << flag(s.plan.prefetch) << ", " << flag(s.plan.early_params) << ", " << flag(s.plan.params_smem) << ", "
-    << flag(s.plan.smem_row) << ", " << flag(s.plan.l2_next) << ">";
+    << flag(s.plan.smem_row) << ">";
   return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 

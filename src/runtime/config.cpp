@@ -69,7 +69,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "w" && backward) {
       NK_CHECK(value == "smem" || value == "global", variable, ": w='", value, "' is not smem or global");
       o.weight_smem = value == "smem" ? 1 : -1;
-    } else if (key == "l2") {
+    } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
     } else if (key == "row" && !backward) {
@@ -77,7 +77,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2)" : ", row, l2)");
+               backward ? ", cluster, sums, w, l2)" : ", row)");
     }
   }
   return o;

@@ -67,10 +67,6 @@ struct NormFwdParams {
   float* rstd;
   float eps;
   float weight_offset;
-  // RowPlan::l2_next: rows the grid holds at once (its resident clusters' rows): the
-  // CTA of row r asks L2 for row r + l2_ahead_rows, which the CTA that follows it
-  // on the device reads.
-  long long l2_ahead_rows;
 };
 
 struct NormBwdParams {

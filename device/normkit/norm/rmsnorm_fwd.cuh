@@ -45,7 +45,7 @@ struct IntTag {
 // epilogue reads it there instead of one global load per item after the reduction,
 // each waiting for the store before it.
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
-          bool PREFETCH, bool EARLY, bool PARAMS_SMEM, bool SMEM_ROW, bool L2_NEXT>
+          bool PREFETCH, bool EARLY, bool PARAMS_SMEM, bool SMEM_ROW>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel(const NormFwdParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   constexpr int VEC = Cfg::VEC;
@@ -577,22 +577,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
   RawRow raw_a;
   if constexpr (!PREFETCH) {
     // One row (group) per CTA: each reduction once (one cluster barrier, not two).
-    // L2_NEXT (RowPlan::l2_next): the rows of the CTA that takes this one's place
-    // once the grid's first wave is done are asked of L2 first, so that its loads
-    // wait on L2 rather than HBM (norm_bwd_kernel's L2_NEXT, for this grid of one
-    // row group a CTA).
-    if constexpr (L2_NEXT) {
-      static_assert(!PREFETCH, "the pipeline holds its next row in registers");
-      if (threadIdx.x == 0) {
-#pragma unroll 1
-        for (int s = 0; s < Cfg::ROWS; ++s) {
-          const long long r = first + p.l2_ahead_rows + s;
-          if (r >= p.shape.rows) break;
-          prefetch_slice_l2<Cfg, X>(p.x, p.shape, r, t.rank);
-          prefetch_slice_l2<Cfg, R>(p.residual, p.shape, r, t.rank);
-        }
-      }
-    }
     const RowAt at = locate(first);
     // The copies before the row's loads: after them, their addresses competed with
     // the raw row for registers (ptxas spilled 12-88 bytes at N=32768).
