@@ -24,11 +24,12 @@ endif
 
 VENV_STAMP := $(VENV)/.normkit-requirements.stamp
 
-.PHONY: help deps venv build install-py test run clean distclean
+.PHONY: help deps venv build install-py test test-wheel-nvrtc run clean distclean
 
 help:
 	@echo "make run        install what is missing, build the Python package, run 'normkit doctor' and 'normkit bench --quick'"
 	@echo "make test       install what is missing, build, run the C++ (ctest) and Python (pytest) tests"
+	@echo "make test-wheel-nvrtc  the C++ kernel spill sweeps again under the NVRTC of the venv's PyTorch wheels"
 	@echo "make deps       install missing Debian packages (as root)"
 	@echo "make venv       create $(VENV) with the tools in requirements-dev.txt"
 	@echo "make build      configure and build the C++ library and tests in $(BUILD_DIR)"
@@ -73,10 +74,25 @@ install-py: venv
 	  cat build/install-py.log; echo "install-py: pip install failed" >&2; exit 1; \
 	fi
 
+# The NVRTC that PyTorch's cu13 wheels bring (newer than the toolkit's, and the one a
+# `import torch` process loads first): ptxas under it spilled plans that the toolkit's
+# compiled clean, so the kernel spill sweeps run under it too.
+WHEEL_NVRTC = $(firstword $(wildcard $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so.13))
+
 test: deps venv build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS)
+	$(MAKE) --no-print-directory test-wheel-nvrtc
 	$(MAKE) --no-print-directory install-py
 	$(PY) -m pytest -q -rs tests/python
+
+test-wheel-nvrtc: venv build
+	@if [ -z "$(WHEEL_NVRTC)" ]; then \
+	  echo "test-wheel-nvrtc: skipped: no nvidia/cu13 NVRTC in $(VENV) (the PyTorch wheel installed has none)"; \
+	else \
+	  echo "test-wheel-nvrtc: the spill sweeps under $(WHEEL_NVRTC)"; \
+	  NORMKIT_NVRTC_PATH=$(WHEEL_NVRTC) NORMKIT_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-wheel-nvrtc \
+	    ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS) -R 'Sweep\.'; \
+	fi
 
 # The benchmark writes bench-out/bench.json and bench.png; without a GPU it
 # benchmarks the CPU fallback against PyTorch CPU (under a minute).

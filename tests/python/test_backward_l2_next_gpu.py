@@ -13,10 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
 
-from normkit.torch import layernorm, rmsnorm  # noqa: E402
-from test_layernorm_gpu import ln_check  # noqa: E402
-from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
-    BF16, FP32, _seed, fwd_bwd_check, plan_switch, pytestmark, rand)
+from test_backward_weight_smem_gpu import backward_check_under_plan, backward_per_head_check_under_plan  # noqa: E402
+from test_rmsnorm_gpu import BF16, FP32, _seed, pytestmark  # noqa: E402,F401  (fixtures are used by name)
 
 
 @pytest.mark.parametrize("op,xdt,m,n,with_res", [
@@ -27,19 +25,8 @@ from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
          "ln-fp32-N3000"])
 @pytest.mark.parametrize("plan", ["l2=next", "l2=off"])
 def test_backward_next_row_prefetched_into_l2(op, xdt, m, n, with_res, plan):
-    x = rand((m, n), xdt).requires_grad_()
-    r = rand((m, n), xdt).requires_grad_() if with_res else None
-    w, b = rand((n,), xdt).requires_grad_(), rand((n,), xdt).requires_grad_()
-    with plan_switch("NORMKIT_BACKWARD_PLAN", plan):
-        if op == "rmsnorm":
-            fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res, label=plan)
-        else:
-            ln_check(layernorm, x, w, b, r, prenorm=with_res, label=plan)
+    backward_check_under_plan(op, xdt, m, n, with_res, plan)
 
 
 def test_backward_next_row_prefetched_into_l2_per_head():
-    heads, n = 4, 2048
-    x = rand((601, heads, n), BF16).requires_grad_()
-    w = rand((heads, n), BF16).requires_grad_()
-    with plan_switch("NORMKIT_BACKWARD_PLAN", "l2=next"):
-        fwd_bwd_check(rmsnorm, x, w, label="l2=next per head")
+    backward_per_head_check_under_plan(601, "l2=next")

@@ -24,6 +24,14 @@ from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     ids=["bf16-N4096", "bf16-res-N4096", "bf16-res-N1024", "fp32-N8192", "bf16-N32768", "fp32-res-N3000"])
 @pytest.mark.parametrize("plan", ["w=smem", "w=global", ""], ids=["smem", "global", "own"])
 def test_backward_weight_in_shared_memory(op, xdt, m, n, with_res, plan):
+    backward_check_under_plan(op, xdt, m, n, with_res, plan)
+
+
+def backward_check_under_plan(op, xdt, m, n, with_res, plan):
+    """op ("rmsnorm" or "layernorm") on fresh (m, n) rows of xdt with a weight (and
+    LayerNorm's bias), and a residual through prenorm if with_res (the backward's
+    dresidual_out), forward and backward under NORMKIT_BACKWARD_PLAN=plan ("" for the
+    plans' own), checked against the float64 reference."""
     x = rand((m, n), xdt).requires_grad_()
     r = rand((m, n), xdt).requires_grad_() if with_res else None
     w, b = rand((n,), xdt).requires_grad_(), rand((n,), xdt).requires_grad_()
@@ -35,8 +43,14 @@ def test_backward_weight_in_shared_memory(op, xdt, m, n, with_res, plan):
 
 
 def test_backward_weight_in_shared_memory_per_head():
+    backward_per_head_check_under_plan(600, "w=smem")
+
+
+def backward_per_head_check_under_plan(m, plan):
+    """RMSNorm of (m, 4, 2048) bf16 rows with a weight per head (row r of head r % 4)
+    under NORMKIT_BACKWARD_PLAN=plan, forward and backward against the float64 reference."""
     heads, n = 4, 2048
-    x = rand((600, heads, n), BF16).requires_grad_()
+    x = rand((m, heads, n), BF16).requires_grad_()
     w = rand((heads, n), BF16).requires_grad_()
-    with plan_switch("NORMKIT_BACKWARD_PLAN", "w=smem"):
-        fwd_bwd_check(rmsnorm, x, w, label="w=smem per head")
+    with plan_switch("NORMKIT_BACKWARD_PLAN", plan):
+        fwd_bwd_check(rmsnorm, x, w, label=f"{plan} per head")

@@ -450,15 +450,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
   // ncu on H200, LayerNorm bf16 N=2048 with dw and db, four 128-thread CTAs per SM
   // (127 registers), found no eligible warp in ~40% of issue slots.
   auto prefetch_next_rows = [&](long long base) {
-    if (threadIdx.x != 0) return;
+    if constexpr (L2_NEXT) {  // instantiated only then: it takes 16-byte vectors
+      if (threadIdx.x != 0) return;
 #pragma unroll 1
-    for (int s = 0; s < Cfg::ROWS; ++s) {
-      const long long j = base + s;
-      if (j >= rows_per_head) return;
-      const long long r = head + heads * j;
-      prefetch_slice_l2<Cfg, X>(p.x, p.shape, r, t.rank);
-      prefetch_slice_l2<Cfg, DY>(p.dout, p.shape, r, t.rank);
-      prefetch_slice_l2<Cfg, DRO>(p.dresidual_out, p.shape, r, t.rank);
+      for (int s = 0; s < Cfg::ROWS; ++s) {
+        const long long j = base + s;
+        if (j >= rows_per_head) return;
+        const long long r = head + heads * j;
+        prefetch_slice_l2<Cfg, X>(p.x, p.shape, r, t.rank);
+        prefetch_slice_l2<Cfg, DY>(p.dout, p.shape, r, t.rank);
+        prefetch_slice_l2<Cfg, DRO>(p.dresidual_out, p.shape, r, t.rank);
+      }
     }
   };
 
