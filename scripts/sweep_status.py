@@ -1,0 +1,120 @@
+"""Where a full `normkit bench` sweep stands against issue 4's targets, from its
+bench.json: the counts that docs/perf/h200.md's "Current status" reports.
+
+  - bandwidth: normkit's sweep rows below their ratio to copy (forward 0.92, backward
+    0.88 for N >= 1024; 0.80 below);
+  - peers: per peer, the sweep rows it ran where it was faster than normkit, and the
+    decode rows (graph replay) where it was;
+  - cliffs: rows whose ratio is more than 5 % from a neighbour's (the next smaller or
+    larger N of the same op, direction, dtype and residual).
+
+With --list, the rows below target are listed; with --against OLD.json, every row
+whose ratio moved by more than --threshold (default 2 %) since OLD.json.
+
+    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json --list
+    python3 scripts/sweep_status.py NEW.json --against OLD.json
+"""
+import argparse
+import collections
+import json
+import sys
+
+FORWARD_TARGET, BACKWARD_TARGET, SHORT_TARGET, SHORT_N = 0.92, 0.88, 0.80, 1024
+CLIFF = 0.05
+
+
+def target(direction, n):
+    if n < SHORT_N:
+        return SHORT_TARGET
+    return FORWARD_TARGET if direction == "fwd" else BACKWARD_TARGET
+
+
+def sweep_rows(doc):
+    """{(op, direction, dtype, residual, N): row} of normkit's timed sweep rows, and
+    the peers' sweep rows as a list."""
+    ours, peers = {}, []
+    for r in doc["rows"]:
+        if r["kind"] != "sweep" or r["status"] != "ok":
+            continue
+        key = (r["op"], r["direction"], r["dtype"], bool(r["residual"]), r["N"])
+        if r["impl"] == "normkit":
+            ours[key] = r
+        else:
+            peers.append((key, r))
+    return ours, peers
+
+
+def status(doc):
+    ours, peers = sweep_rows(doc)
+    below = sorted((k, r["ratio_to_copy"]) for k, r in ours.items() if r["ratio_to_copy"] < target(k[1], k[4]))
+    faster = collections.defaultdict(lambda: [0, 0])  # peer -> [rows ran, rows faster]
+    for key, r in peers:
+        if key in ours:
+            faster[r["impl"]][0] += 1
+            faster[r["impl"]][1] += r["us"] < ours[key]["us"]
+    decode = collections.Counter()
+    decode_rows = 0
+    for lat in doc.get("latency") or []:
+        mine = lat["us"].get("normkit")
+        if mine is None:
+            continue
+        decode_rows += 1
+        for impl, us in lat["us"].items():
+            if impl != "normkit" and us is not None and us < mine:
+                decode[impl] += 1
+    groups = collections.defaultdict(dict)
+    for k, r in ours.items():
+        groups[k[:4]][k[4]] = r["ratio_to_copy"]
+    cliffs = []
+    for g, by_n in groups.items():
+        ns = sorted(by_n)
+        for i, n in enumerate(ns):
+            near = [by_n[ns[j]] for j in (i - 1, i + 1) if 0 <= j < len(ns)]
+            if any(abs(by_n[n] - v) / v > CLIFF for v in near):
+                cliffs.append(g + (n,))
+    return {"rows": len(ours), "below": below, "peers": dict(faster), "decode": dict(decode),
+            "decode_rows": decode_rows, "cliffs": sorted(cliffs)}
+
+
+def moved(old_doc, new_doc, threshold):
+    old, _ = sweep_rows(old_doc)
+    new, _ = sweep_rows(new_doc)
+    out = []
+    for k in sorted(new):
+        if k in old:
+            a, b = old[k]["ratio_to_copy"], new[k]["ratio_to_copy"]
+            if abs(b / a - 1) > threshold:
+                out.append((k, a, b))
+    return out
+
+
+def name(key):
+    op, direction, dtype, residual, n = key
+    return f"{op} {direction} {dtype}{' residual' if residual else ''} N={n}"
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bench_json")
+    ap.add_argument("--list", action="store_true", help="list the rows below target")
+    ap.add_argument("--against", metavar="OLD_JSON", help="list the rows that moved since this sweep")
+    ap.add_argument("--threshold", type=float, default=0.02, help="relative move that --against lists (0.02)")
+    args = ap.parse_args(argv)
+    doc = json.load(open(args.bench_json))
+    s = status(doc)
+    print(f"bandwidth: {len(s['below'])} of {s['rows']} rows below target")
+    for peer, (ran, won) in sorted(s["peers"].items()):
+        print(f"peers: {peer} faster on {won} of {ran} rows")
+    print(f"decode: peers faster on {s['decode'] or 'none'} of {s['decode_rows']} decode rows")
+    print(f"cliffs: {len(s['cliffs'])} of {s['rows']} rows more than {CLIFF:.0%} off a neighbour")
+    if args.list:
+        for key, ratio in s["below"]:
+            print(f"  below: {name(key)} {ratio:.3f} (target {target(key[1], key[4]):.2f})")
+    if args.against:
+        for key, a, b in moved(json.load(open(args.against)), doc, args.threshold):
+            print(f"  moved: {name(key)} {a:.3f} -> {b:.3f} ({(b / a - 1) * 100:+.1f} %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+"""scripts/sweep_status.py, the counts docs/perf/h200.md reports from a sweep's
+bench.json, on small made-up sweeps: the bandwidth targets by direction and N, peers
+faster by time, decode rows, neighbours more than 5 % apart, rows that moved."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sweep_status.py"
+
+
+@pytest.fixture(scope="module")
+def sweep_status():
+    spec = importlib.util.spec_from_file_location("sweep_status", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(direction, n, ratio, impl="normkit", us=None, residual=False, status="ok"):
+    return {"op": "rmsnorm", "direction": direction, "dtype": "bf16", "residual": residual, "N": n, "M": 1,
+            "kind": "sweep", "impl": impl, "status": status, "ratio_to_copy": ratio,
+            "us": us if us is not None else 100.0 / ratio}
+
+
+def doc(rows, latency=()):
+    return {"rows": list(rows), "latency": list(latency)}
+
+
+def test_targets_by_direction_and_n(sweep_status):
+    s = sweep_status.status(doc([
+        row("fwd", 512, 0.81), row("fwd", 1024, 0.919), row("fwd", 2048, 0.93),
+        row("bwd", 512, 0.79), row("bwd", 1024, 0.88), row("bwd", 2048, 0.879),
+        row("bwd", 4096, 0.5, status="failed")]))
+    assert s["rows"] == 6  # the failed row is not counted
+    assert [(k[1], k[4]) for k, _ in s["below"]] == [("bwd", 512), ("bwd", 2048), ("fwd", 1024)]
+
+
+def test_peers_faster_by_time_and_decode_rows(sweep_status):
+    s = sweep_status.status(doc(
+        [row("fwd", 1024, 0.95, us=10.0), row("fwd", 1024, 0.9, impl="liger", us=9.9),
+         row("fwd", 2048, 0.95, us=20.0), row("fwd", 2048, 0.9, impl="liger", us=20.1),
+         row("fwd", 2048, 0.5, impl="eager", us=40.0), row("fwd", 4096, 0.9, impl="eager", us=1.0)],
+        latency=[{"us": {"normkit": 2.2, "liger": 2.1, "eager": 8.0}}, {"us": {"normkit": 2.0, "liger": None}},
+                 {"us": {"normkit": None, "liger": 1.0}}]))
+    # The peer's N=4096 row has no normkit row to race.
+    assert s["peers"] == {"liger": [2, 1], "eager": [1, 0]}
+    assert s["decode"] == {"liger": 1} and s["decode_rows"] == 2
+
+
+def test_cliffs_against_either_neighbour(sweep_status):
+    s = sweep_status.status(doc([
+        row("fwd", 1024, 1.0), row("fwd", 2048, 0.96), row("fwd", 4096, 0.90), row("fwd", 8192, 0.90),
+        row("fwd", 1024, 0.5, residual=True)]))
+    # 0.96 -> 0.90 from N=2048 to 4096: 6.7 % of 4096's ratio, 6.2 % of 2048's, so
+    # both are cliffs; 1024 -> 2048 is 4.2 %; the lone residual row has no neighbour.
+    assert [k[4] for k in s["cliffs"]] == [2048, 4096]
+
+
+def test_rows_that_moved(sweep_status, capsys, tmp_path):
+    old = tmp_path / "old.json"
+    new = tmp_path / "new.json"
+    old.write_text(json.dumps(doc([row("bwd", 1024, 0.80), row("bwd", 2048, 0.90)])))
+    new.write_text(json.dumps(doc([row("bwd", 1024, 0.85), row("bwd", 2048, 0.905)])))
+    assert sweep_status.main([str(new), "--against", str(old), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "bandwidth: 1 of 2 rows below target" in out
+    assert "below: rmsnorm bwd bf16 N=1024 0.850 (target 0.88)" in out
+    assert "moved: rmsnorm bwd bf16 N=1024 0.800 -> 0.850 (+6.2 %)" in out
+    assert "N=2048" not in out.split("moved:")[-1]
