@@ -62,9 +62,9 @@ struct RowPlan {
   // (norm_bwd_kernel's W_SMEM), instead of two global loads per item and row.
   bool weight_smem = false;
   // Backward, rows loaded one at a time (no `prefetch`, no `async_rows`; register
-  // rows or the stash) of 16-byte vectors on sm_90+: once a CTA's loads of a row are
-  // issued, it asks L2 for its slice of the next row it takes by a bulk prefetch
-  // (norm_bwd_kernel's L2_NEXT), so that those loads wait on L2 rather than HBM.
+  // rows or the stash) of 16-byte vectors on sm_90+: before a CTA loads a row, it asks
+  // L2 for its slice of the next row it takes by a bulk prefetch (norm_bwd_kernel's
+  // L2_NEXT), so that those loads wait on L2 rather than HBM (with_l2_next).
   bool l2_next = false;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row or weight_smem's slice)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
