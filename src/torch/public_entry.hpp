@@ -4,11 +4,11 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include <optional>
+#include "tensor_glue.hpp"
 
 namespace normkit::torch_entry {
 
-using OptDtype = std::optional<at::ScalarType>;
+using torch_glue::OptDtype;
 
 // The plain-call paths of norm_torch.cpp (_torch_C.rmsnorm / layernorm): the result, or
 // None for a call they do not take. Passed in rather than declared here so that they keep
