@@ -506,13 +506,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
       at_a = load_row(base + 2 * stride, h_a, d_a);
       finish_row(at_b, h_b, d_b);
     }
-  } else if constexpr (L2_NEXT) {
+  } else {
     for (long long base = first; base < rows_per_head; base += stride) {
-      prefetch_next_rows(base + stride);
+      prefetch_next_rows(base + stride);  // nothing unless L2_NEXT
       finish_row(load_row(base, h_a, d_a), h_a, d_a);
     }
-  } else {
-    for (long long base = first; base < rows_per_head; base += stride) finish_row(load_row(base, h_a, d_a), h_a, d_a);
   }
 
   // The sums as the one writer takes them: the registers, or (SMEM_SUMS) the
