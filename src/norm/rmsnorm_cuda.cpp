@@ -142,9 +142,9 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
-    if (spec.plan.prefetch)
-      found->resident_groups =
-          resident_groups(runtime, found->kernel, spec.plan, spec.plan.params_smem ? spec.plan.smem_bytes : 0);
+    if (spec.plan.prefetch || spec.plan.bulk_stages)
+      found->resident_groups = resident_groups(runtime, found->kernel, spec.plan,
+                                               spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
@@ -168,14 +168,14 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   p.weight_offset = a.weight_offset;
 
   rt::LaunchConfig cfg;
-  // The pipelined kernel walks rows: as many row groups as the device holds at
-  // once, each taking every resident_groups-th group of rows.
+  // The pipelined kernel and the bulk ring walk rows: as many row groups as the
+  // device holds at once, each taking every resident_groups-th group of rows.
   std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
-  if (plan.prefetch) groups = std::min(groups, found->resident_groups);
+  if (plan.prefetch || plan.bulk_stages) groups = std::min(groups, found->resident_groups);
   cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
-  if (plan.params_smem || plan.smem_row) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
+  if (plan.params_smem || plan.smem_row || plan.bulk_stages) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.pdl = found->pdl;
   void* args[] = {&p};

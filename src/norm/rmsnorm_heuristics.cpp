@@ -63,6 +63,7 @@ std::string RowPlan::str() const {
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
          (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
          (weight_smem ? " weight_smem" : "") + (l2_next ? " l2_next" : "") +
+         (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -580,7 +581,7 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return with_l2_next(with_weight_smem(with_smem_row(p, in), in), in);
+  return with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in);
 }
 
 }  // namespace normkit::norm::detail

@@ -1,4 +1,4 @@
-// with_forward_elems, with_staged_rows and with_smem_row (rmsnorm_heuristics_fwd.hpp).
+// with_forward_elems, with_staged_rows, with_smem_row and with_bulk_rows (rmsnorm_heuristics_fwd.hpp).
 //
 // plan_rows gives a forward row 32 elements a thread (two to eight 16-byte loads in
 // flight each), which leaves short rows few threads: a 16-bit row of 1024 with a
@@ -83,6 +83,8 @@
 
 #include <algorithm>
 
+#include "normkit/norm/params.cuh"
+
 namespace normkit::norm::detail {
 namespace {
 
@@ -147,7 +149,7 @@ constexpr std::int64_t kSmemRowBudget = kSmemPerSm - kSmemPerCta;
 RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.weight_as_x || in.weight_bytes == 0 ||
       in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-      in.forced_no_prefetch || in.forced_smem_row > 0)
+      in.forced_no_prefetch || in.forced_smem_row > 0 || in.forced_bulk_rows)
     return in;
   RowPlanInputs out = in;
   MeasuredShape shape = measured_long_rows(in);
@@ -168,7 +170,7 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.center || in.residual_bytes != 4 || in.x_bytes != 4 ||
       in.weight_bytes != 4 || (in.bias && in.bias_bytes != 4) || in.max_vec * in.x_bytes < 16 ||
       in.n <= 16384 || in.n > 131072 || in.forced_elems_per_thread || in.forced_cta_threads ||
-      in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row)
+      in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row || in.forced_bulk_rows)
     return in;
   RowPlanInputs out = in;
   out.forced_smem_row = 1;
@@ -197,6 +199,57 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in) {
     p.min_blocks = static_cast<int>(
         std::clamp<std::int64_t>(std::min({by_smem, by_regs, std::int64_t{2048 / p.threads()}}), 1, 16));
   }
+  return p;
+}
+
+namespace {
+// A stage of 32 KB: bf16 N=262144 over 16 CTAs, N=65536 over 4; with a bf16 weight's
+// 32 KB slice, six stages fit an SM (227 KB).
+constexpr std::int64_t kBulkSliceBytes = 32 * 1024;
+constexpr int kBulkMaxStages = 8;
+}  // namespace
+
+RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
+  if (!in.forced_bulk_rows || in.backward || in.arch < 90 || in.residual || in.residual_out ||
+      in.max_vec * in.x_bytes < 16 || in.n % (16 / in.x_bytes) != 0)
+    return planned;
+  const int vec = 16 / in.x_bytes;
+  const std::int64_t nv = in.n / vec;
+  int cluster = 1;
+  while (cluster < 16 && nv * 16 / cluster > kBulkSliceBytes && nv % (2 * cluster) == 0) cluster *= 2;
+  const std::int64_t slice_v = nv / cluster;
+  int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
+  while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
+  const std::int64_t items = (slice_v + threads - 1) / threads;
+  if (threads < 64 || items > 16) return planned;  // the cluster exchange needs two warps; registers
+  const int blocks = in.forced_min_blocks ? in.forced_min_blocks : 1;
+  const std::int64_t budget = kSmemPerSm / blocks - kSmemPerCta;
+  // The parameters' slices in shared memory where two stages still fit beside them.
+  auto stages_with = [&](bool params_smem) {
+    const nk::BulkRowsLayout one = nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes,
+                                                        params_smem ? in.weight_bytes : 0,
+                                                        params_smem && in.bias ? in.bias_bytes : 0, 1);
+    return std::min<std::int64_t>(kBulkMaxStages,
+                                  (budget - one.params_bytes) / static_cast<std::int64_t>(one.slice_bytes));
+  };
+  const bool params_smem = in.params_smem_allowed && stages_with(true) >= 2;
+  const std::int64_t stages = stages_with(params_smem);
+  if (stages < 2) return planned;
+  RowPlan p;
+  p.vec = vec;
+  p.tpr = threads;
+  p.rows = 1;
+  p.cluster = cluster;
+  p.regs = true;
+  p.bulk_stages = static_cast<int>(stages);
+  p.params_smem = params_smem && nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, in.weight_bytes,
+                                                      in.bias ? in.bias_bytes : 0, 1)
+                                         .params_bytes > 0;
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes,
+                                                       p.params_smem ? in.weight_bytes : 0,
+                                                       p.params_smem && in.bias ? in.bias_bytes : 0, p.bulk_stages)
+                                       .total_bytes);
+  p.min_blocks = blocks;
   return p;
 }
 

@@ -28,4 +28,17 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in);
 // that memory, 2048 threads and 40 registers a thread allow. plan_rows' last step.
 RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 
+// The forward plan of norm_fwd_bulk_kernel (RowPlan::bulk_stages) where
+// in.forced_bulk_rows asks for it (NORMKIT_FORWARD_PLAN's row=bulk) and it applies:
+// sm_90+, no residual nor residual_out, 16-byte vectors. The cluster is the smallest
+// (up to 16, dividing the row's vectors) whose slice is at most kBulkSliceBytes;
+// 512 threads (cta= forced: that many; fewer where the slice has fewer vectors, at
+// least 64), one CTA per SM (minb= forced: that many share its shared memory), and
+// as many stages, up to kBulkMaxStages, as the shared memory holds beside the
+// weight's and bias's slices (RowPlan::params_smem: where they are whole 16-byte
+// chunks, two stages fit beside them and NORMKIT_PARAMS_SMEM allows; else read from
+// global memory), at least
+// two, else the plan is unchanged. Any other call unchanged. plan_rows' last step.
+RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in);
+
 }  // namespace normkit::norm::detail

@@ -23,6 +23,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_cluster = o.cluster;
   in.forced_smem_sums = o.smem_sums;
   in.forced_smem_row = o.smem_row;
+  in.forced_bulk_rows = o.bulk_rows;
   in.forced_weight_smem = o.weight_smem;
   in.forced_l2_next = o.l2_next;
 }
@@ -154,6 +155,14 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
 
 rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   std::ostringstream e;
+  if (s.plan.bulk_stages > 0) {
+    NK_CHECK(!s.residual && !s.residual_out, "norm forward: a bulk-ring plan with a residual (internal)");
+    e << "nk::norm_fwd_bulk_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.bias) << ", " << device_type(s.out) << ", "
+      << flag(s.store_rstd) << ", " << flag(s.center) << ", " << flag(s.plan.params_smem) << ", "
+      << s.plan.bulk_stages << ">";
+    return make(family(s.center, "_fwd_bulk"), "normkit/norm/norm_fwd_bulk.cuh", e.str());
+  }
   e << "nk::norm_fwd_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
     << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
     << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)

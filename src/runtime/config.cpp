@@ -73,8 +73,10 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
     } else if (key == "row" && !backward) {
-      NK_CHECK(value == "smem" || value == "regs", variable, ": row='", value, "' is not smem or regs");
-      o.smem_row = value == "smem" ? 1 : -1;
+      NK_CHECK(value == "smem" || value == "regs" || value == "bulk", variable, ": row='", value,
+               "' is not smem, regs or bulk");
+      o.bulk_rows = value == "bulk";
+      if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
                backward ? ", cluster, sums, w, l2)" : ", row)");

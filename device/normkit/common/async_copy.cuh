@@ -1,6 +1,6 @@
 // Asynchronous global -> shared copies (cp.async, sm_80+), for kernels that keep
-// rows in a shared-memory ring instead of registers, and L2 prefetches of rows a
-// CTA reads next.
+// rows in a shared-memory ring instead of registers, L2 prefetches of rows a CTA
+// reads next, and bulk copies completed on an mbarrier (sm_90+).
 //
 // Invariants the callers keep: both addresses are 16-byte aligned; a thread reads
 // only the shared-memory entries it copied itself, after cp_async_wait<N>() has
@@ -34,6 +34,70 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* global_src, unsigne
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(global_src)), "r"(bytes)
                : "memory");
+#endif
+}
+
+// Bulk copies (cp.async.bulk, sm_90+): one thread moves a whole contiguous slice
+// into this CTA's shared memory, holding no registers while it is in flight, and
+// the bytes complete on an mbarrier the readers wait on. The barrier's phase
+// completes when its one arrival (mbarrier_expect_bytes, made before the copies)
+// and all the bytes it announced have landed.
+// Invariants the callers keep: addresses 16-byte aligned and sizes multiples of 16;
+// the barrier initialized (mbarrier_init, then fence_barrier_init and a CTA
+// barrier) before any copy or wait uses it; a buffer is copied into again only
+// after every thread's reads of it are ordered before the copy (a CTA barrier
+// between them: the reads' values are in registers by then).
+// Plans ask for them only on sm_90+; below, the functions trap.
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))),
+               "r"(arrivals) : "memory");
+}
+
+// Makes the thread's mbarrier_init visible to the cluster and to the bulk copies.
+__device__ __forceinline__ void fence_barrier_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The barrier's one arrival of this phase, announcing the bytes its copies bring.
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_src, unsigned bytes,
+                                          unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(shared_dst))),
+               "l"(__cvta_generic_to_global(global_src)), "r"(bytes),
+               "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar)))
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Waits for the completion of the barrier's phase of parity `parity` (0 for its
+// first phase, then alternating); its bytes are then visible to the waiting thread.
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  for (;;) {
+    unsigned done;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    if (done) break;
+  }
+#else
+  __trap();
 #endif
 }
 

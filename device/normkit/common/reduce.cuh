@@ -162,6 +162,58 @@ __device__ __forceinline__ void row_sums(float (&v)[K], int sub, int lane_in_row
 }
 
 
+// row_sums_walk's cluster step in two halves, for kernels that act between them
+// (norm_fwd_bulk_kernel refills its stage after the CTA barrier and before the
+// cluster wait, and combines its CTAs' pairs itself). Step `step`'s K sums of this
+// CTA (every thread of row `sub` holds them, after a CTA barrier that follows the
+// reads of step - 1's slot) go into pushed[step % 2][sub][this CTA's rank] of every
+// CTA of the cluster, their bytes counted on that CTA's arrived[step % 2].
+template <int ROWS, int CLUSTER, int K>
+__device__ __forceinline__ void cluster_push_partials(const float (&v)[K], int sub, int lane_in_row,
+                                                      ClusterPushes<ROWS, CLUSTER, K>& pushes, unsigned step) {
+  static_assert(K == 1 || K == 2, "one or two sums a push");
+  const int slot = static_cast<int>(step & 1u);
+  unsigned long long* arrived = &pushes.arrived[slot];
+  if (threadIdx.x == 0) {
+    constexpr unsigned kBytes = ROWS * CLUSTER * K * 4;
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;"
+                 ::"r"(shared_address(arrived)), "n"(kBytes) : "memory");
+  }
+  if (lane_in_row < CLUSTER) {
+    const unsigned to = static_cast<unsigned>(lane_in_row);
+    const unsigned dst = cluster_address(&pushes.pushed[slot][sub][cluster_rank()][0], to);
+    const unsigned bar = cluster_address(arrived, to);
+    if constexpr (K == 1) {
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                   ::"r"(dst), "r"(__float_as_uint(v[0])), "r"(bar) : "memory");
+    } else {
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+                   ::"r"(dst), "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[K - 1])), "r"(bar) : "memory");
+    }
+  }
+}
+
+// Waits until every CTA's partials of step `step` are in pushed[step % 2].
+// The wait acquires at CTA scope: the partials land in this CTA's shared memory
+// and complete on this CTA's mbarrier. At cluster scope (as before) ptxas sm_90a
+// put a CCTL.IVALL after every successful wait, an invalidation of the SM's whole
+// L1 once per row (the other CTA's lines on the SM too), which the cluster rows'
+// time per row and their lost prefetch (rmsnorm_heuristics.cpp) may owe to it:
+// not yet measured.
+template <int ROWS, int CLUSTER, int K>
+__device__ __forceinline__ void cluster_await_partials(ClusterPushes<ROWS, CLUSTER, K>& pushes, unsigned step) {
+  const int slot = static_cast<int>(step & 1u);
+  unsigned long long* arrived = &pushes.arrived[slot];
+  const unsigned parity = (step >> 1) & 1u;
+  for (;;) {
+    unsigned done;
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done) : "r"(shared_address(arrived)), "r"(parity) : "memory");
+    if (done) break;
+  }
+}
+
 // row_sums for kernels that walk rows, `step` counting the calls (0, 1, 2, ...; the
 // same in every CTA of the cluster, which walk the same rows). Over a cluster, the
 // warps' partials alternate between two slots, so no barrier ends the call, and each
@@ -191,38 +243,8 @@ __device__ __forceinline__ void row_sums_walk(float (&v)[K], int sub, int lane_i
 #pragma unroll
     for (int k = 0; k < K; ++k) v[k] = group_sum<32>(v[k]);
     warp_partials_sum(v, sub, lane_in_row, s, slot);
-    unsigned long long* arrived = &pushes.arrived[slot];
-    if (threadIdx.x == 0) {
-      constexpr unsigned kBytes = ROWS * CLUSTER * K * 4;
-      asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;"
-                   ::"r"(shared_address(arrived)), "n"(kBytes) : "memory");
-    }
-    if (lane_in_row < CLUSTER) {
-      const unsigned to = static_cast<unsigned>(lane_in_row);
-      const unsigned dst = cluster_address(&pushes.pushed[slot][sub][cluster_rank()][0], to);
-      const unsigned bar = cluster_address(arrived, to);
-      if constexpr (K == 1) {
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-                     ::"r"(dst), "r"(__float_as_uint(v[0])), "r"(bar) : "memory");
-      } else {
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
-                     ::"r"(dst), "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[K - 1])), "r"(bar) : "memory");
-      }
-    }
-    // The wait acquires at CTA scope: the partials land in this CTA's shared memory
-    // and complete on this CTA's mbarrier. At cluster scope (as before) ptxas sm_90a
-    // put a CCTL.IVALL after every successful wait, an invalidation of the SM's whole
-    // L1 once per row (the other CTA's lines on the SM too), which the cluster rows'
-    // time per row and their lost prefetch (rmsnorm_heuristics.cpp) may owe to it:
-    // not yet measured.
-    const unsigned parity = (step >> 1) & 1u;
-    for (;;) {
-      unsigned done;
-      asm volatile(
-          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-          : "=r"(done) : "r"(shared_address(arrived)), "r"(parity) : "memory");
-      if (done) break;
-    }
+    cluster_push_partials(v, sub, lane_in_row, pushes, step);
+    cluster_await_partials(pushes, step);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       v[k] = 0.f;

@@ -44,4 +44,32 @@ NK_SHIFT_FN ShiftedMoments moments_from_shifted_sums(float shift, float s, float
   return ShiftedMoments{shift + d, m2, !ok};
 }
 
+// The moments of a row cut into C slices of n_c elements each (the CTAs of a
+// cluster), from each slice's own mean and M2 (pairs[c] = {mean_c, M2_c}, each
+// from two passes over the slice around its own mean):
+//   mean = sum(mean_c) / C,  M2 = sum(M2_c) + n_c * sum((mean_c - mean)^2).
+// Every term of M2 is a sum of non-negative numbers, so nothing cancels, whatever
+// the mean's size against the spread (the parallel form of Chan, Golub and
+// LeVeque's update, all C at once). Added in slice order: the same bits for every
+// caller that holds the same pairs.
+struct SliceMoments {
+  float mean;
+  float m2;
+};
+
+template <int C>
+NK_SHIFT_FN SliceMoments combine_slice_moments(const float (&pairs)[C][2], float n_c) {
+  float mean = 0.f;
+  for (int c = 0; c < C; ++c) mean += pairs[c][0];
+  mean /= static_cast<float>(C);
+  float within = 0.f;
+  float between = 0.f;
+  for (int c = 0; c < C; ++c) {
+    within += pairs[c][1];
+    const float d = pairs[c][0] - mean;
+    between += d * d;
+  }
+  return SliceMoments{mean, within + n_c * between};
+}
+
 }  // namespace nk

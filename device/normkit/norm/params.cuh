@@ -56,6 +56,28 @@ NK_HOST_DEVICE constexpr long long split_vector(long long chunk, int k, int thre
   return chunk * tpr * items + static_cast<long long>(k) * tpr + thread;
 }
 
+// Dynamic shared memory of norm_fwd_bulk_kernel (RowPlan::bulk_stages), computed
+// alike by the kernel and the host's plan: STAGES slices of x (SLICE_V vectors of
+// VEC elements each), then the CTA's slices of weight and bias when both are whole
+// 16-byte chunks (the bulk copy's unit; otherwise the epilogue reads them from
+// global memory and they take no shared memory).
+struct BulkRowsLayout {
+  unsigned slice_bytes;   // one stage
+  unsigned weight_bytes;  // the weight's slice (0: not in shared memory)
+  unsigned params_bytes;  // weight and bias slices (0: not in shared memory)
+  unsigned total_bytes;
+};
+NK_HOST_DEVICE constexpr BulkRowsLayout bulk_rows_layout(int slice_v, int vec, int x_bytes, int w_bytes, int b_bytes,
+                                                         int stages) {
+  const unsigned elems = static_cast<unsigned>(slice_v) * static_cast<unsigned>(vec);
+  const unsigned slice = elems * static_cast<unsigned>(x_bytes);
+  const unsigned wb = elems * static_cast<unsigned>(w_bytes);
+  const unsigned bb = elems * static_cast<unsigned>(b_bytes);
+  const bool cached = wb % 16 == 0 && bb % 16 == 0 && wb + bb > 0;
+  return BulkRowsLayout{slice, cached ? wb : 0u, cached ? wb + bb : 0u,
+                        static_cast<unsigned>(stages) * slice + (cached ? wb + bb : 0u)};
+}
+
 // Parameters of the forward of both norms (RMSNorm, and LayerNorm when the
 // kernel's CENTER is set: `mean` is then written like rstd, and weight_offset is 0).
 struct NormFwdParams {

@@ -28,12 +28,13 @@ struct PlanOverride {
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
+  bool bulk_rows = false;    // row=bulk (forward only): the bulk-copy ring (RowPlan::bulk_stages)
   int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
-           weight_smem || l2_next;
+           weight_smem || l2_next || bulk_rows;
   }
 };
 

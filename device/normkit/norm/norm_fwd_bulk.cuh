@@ -1,0 +1,222 @@
+// Forward of RMSNorm and LayerNorm (the formulas of rmsnorm_fwd.cuh) for rows
+// without a residual, fed by bulk copies into a ring of shared-memory stages.
+//
+// Why it is shaped this way: the register kernel's long rows (N >= 65536) stay at
+// 0.77-0.92x copy. A CTA there holds one row (two with PREFETCH) in registers, so an
+// SM has at most 32-64 KB of loads in flight, and less while a row waits for its
+// cluster's sums; at ~32 GB/s an SM and ~1-2 us of loaded DRAM latency that is
+// about what Little's law asks for, with no margin. Here one thread of each CTA
+// copies the CTA's whole slice of a row with one cp.async.bulk into a stage and the
+// stage's mbarrier counts its bytes: a copy in flight costs no registers and no
+// threads, so the ring keeps STAGES - 1 rows (up to ~190 KB an SM) loading while
+// the CTA reduces and stores the current one. The CTA reads its slice from the
+// stage into registers at once and frees the stage at the reduction's first CTA
+// barrier (after every thread's reads), before the cluster's sums arrive, so the
+// refill does not wait for the cluster. The weight and bias slices are the same
+// for every row of a persistent CTA and are copied once (PARAMS_SMEM, when there is
+// one head and they are 16-byte aligned; otherwise read from global per row).
+// The earlier cp.async ring (docs/perf/h200-2026-11-30.md) lost because each thread
+// issued its own 16-byte copies into 64 KB stages (one CTA per SM, 4 warps a
+// scheduler waiting on the same barriers) and re-read the weight from L2 every row:
+// both are gone here.
+// LayerNorm: each CTA takes its slice's mean and M2 in two passes over the
+// registers (two CTA barriers, no cluster barrier), and the cluster combines the
+// CTAs' pairs (combine_slice_moments): one cluster exchange a row, and no
+// cancellation whatever the mean.
+// Grid: persistent, as many clusters as are resident (the host's resident_groups);
+// cluster g takes rows g, g + G, g + 2G, ... in every CTA of the cluster, so each
+// CTA's j-th row uses stage j % STAGES everywhere.
+#pragma once
+
+#include "normkit/common/async_copy.cuh"
+#include "normkit/common/pdl.cuh"
+#include "normkit/common/shifted_moments.cuh"
+#include "normkit/norm/row_engine.cuh"
+
+namespace nk {
+
+template <class Cfg, class X, class W, class B, class O, bool STORE_RSTD, bool CENTER, bool PARAMS_SMEM, int STAGES>
+__global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const NormFwdParams p) {
+  constexpr int VEC = Cfg::VEC;
+  constexpr int CLUSTER = Cfg::CLUSTER;
+  static_assert(Cfg::ROWS == 1 && Cfg::REGS && Cfg::TPR > 32, "one row a CTA (cluster), at least two warps");
+  static_assert(VEC * sizeof(X) == 16, "16-byte vectors: the stage holds the slice as the row lays it out");
+  static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
+  constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
+  constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), PARAMS_SMEM ? size_or_zero<W> : 0,
+                                                PARAMS_SMEM ? size_or_zero<B> : 0, STAGES);
+  // Shared memory: STAGES slices of x, then (L.params_bytes > 0) the weight's slice and the bias's.
+  extern __shared__ __align__(128) unsigned char bulk_memory[];
+  __shared__ unsigned long long stage_full[STAGES];
+  __shared__ unsigned long long params_full;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, 1> cta_storage;
+  __shared__ ClusterPushes<1, CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
+
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
+  const RowThread<Cfg> t = RowThread<Cfg>::make();
+  const long long first = static_cast<long long>(blockIdx.x / CLUSTER);
+  const long long stride = static_cast<long long>(gridDim.x / CLUSTER);
+  const long long slice_begin = static_cast<long long>(t.rank) * SLICE_ELEMS;
+  auto stage = [&](int s) { return bulk_memory + s * L.slice_bytes; };
+  // One thread's copy of the CTA's slice of row r into stage s.
+  auto issue_row = [&](long long r, int s) {
+    if (r >= p.shape.rows) return;
+    mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
+    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.slice_bytes, &stage_full[s]);
+  };
+  const bool aligned = (reinterpret_cast<unsigned long long>(p.weight) | reinterpret_cast<unsigned long long>(p.bias)) % 16 == 0;
+  const bool params_cached = L.params_bytes > 0 && p.shape.heads == 1 && aligned;
+  const W* w_cached = reinterpret_cast<const W*>(bulk_memory + STAGES * L.slice_bytes);
+  const B* b_cached = reinterpret_cast<const B*>(bulk_memory + STAGES * L.slice_bytes + L.weight_bytes);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(&stage_full[s], 1);
+    mbarrier_init(&params_full, 1);
+    fence_barrier_init();
+    if (params_cached) {
+      mbarrier_expect_bytes(&params_full, L.params_bytes);
+      if constexpr (!is_none<W>)
+        bulk_load(bulk_memory + STAGES * L.slice_bytes, static_cast<const W*>(p.weight) + slice_begin, L.weight_bytes,
+                  &params_full);
+      if constexpr (!is_none<B>)
+        bulk_load(bulk_memory + STAGES * L.slice_bytes + L.weight_bytes, static_cast<const B*>(p.bias) + slice_begin,
+                  L.params_bytes - L.weight_bytes, &params_full);
+    }
+#pragma unroll 1
+    for (int s = 0; s < STAGES; ++s) issue_row(first + s * stride, s);
+  }
+  __syncthreads();  // the stages' barriers initialized before any thread waits on them
+  unsigned step = 0;  // cluster exchanges so far (the same count in every CTA of the cluster)
+  row_sums_walk_arrive(cluster_pushes);
+  if (params_cached) mbarrier_wait(&params_full, 0);
+
+  // Sums of v over the CTA, through warp_partial slot `slot` (alternating: the CTA
+  // barrier of the next sum comes after every thread's reads of this one).
+  unsigned cta_sums = 0;
+  auto cta_sum = [&](float v) {
+    float one[1] = {group_sum<32>(v)};
+    warp_partials_sum(one, 0, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+    return one[0];
+  };
+  // The CTA's pushes of step `step` to the cluster, and back the CTAs' values.
+  auto exchange = [&](const float (&v)[CENTER ? 2 : 1]) {
+    if (step == 0) row_sums_walk_ready<CLUSTER>();
+    cluster_push_partials(v, 0, t.lane, cluster_pushes, step);
+    cluster_await_partials(cluster_pushes, step);
+    return &cluster_pushes.pushed[step++ & 1u][0];
+  };
+
+  int s = 0;              // the stage of this CTA's j-th row: j % STAGES
+  unsigned phase = 0;     // (j / STAGES) % 2, the parity of that stage's use
+  for (long long r = first; r < p.shape.rows; r += stride) {
+    mbarrier_wait(&stage_full[s], phase);
+    RawVec<X, VEC> raw[Cfg::ITEMS];
+    for_each_item<Cfg>([&](int k) {
+      if (t.owns(k)) raw[k].pk = *reinterpret_cast<const decltype(raw[k].pk)*>(stage(s) + t.slice_vector(k) * 16);
+    });
+    // The stage is free once every thread is past the first CTA barrier below; it
+    // takes the row STAGES rows on.
+    auto refill = [&] {
+      if (threadIdx.x == 0) issue_row(r + STAGES * stride, s);
+    };
+    float first_sum = 0.f;  // RMSNorm: sum of x^2; LayerNorm: sum of x
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) first_sum += CENTER ? raw[k].get(i) : raw[k].get(i) * raw[k].get(i);
+    });
+    float mean = 0.f;
+    float m2 = 0.f;  // RMSNorm: sum of x^2; LayerNorm: sum of (x - mean)^2
+    if constexpr (CENTER) {
+      const float slice_mean = cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
+      refill();
+      float sq = 0.f;
+      for_each_item<Cfg>([&](int k) {
+        if (!t.owns(k)) return;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float d = raw[k].get_again(i) - slice_mean;
+          sq += d * d;
+        }
+      });
+      const float slice_m2 = cta_sum(sq);
+      if constexpr (CLUSTER > 1) {
+        const float pair[2] = {slice_mean, slice_m2};
+        const SliceMoments m = combine_slice_moments<CLUSTER>(*exchange(pair), static_cast<float>(SLICE_ELEMS));
+        mean = m.mean;
+        m2 = m.m2;
+      } else {
+        mean = slice_mean;
+        m2 = slice_m2;
+      }
+    } else {
+      m2 = cta_sum(first_sum);
+      refill();
+      if constexpr (CLUSTER > 1) {
+        const float one[1] = {m2};
+        const float (&pushed)[CLUSTER][1] = *exchange(one);
+        m2 = 0.f;
+#pragma unroll
+        for (int c = 0; c < CLUSTER; ++c) m2 += pushed[c][0];
+      }
+    }
+    // rsqrtf is approximate (2 ulp); 1/sqrtf is correctly rounded and still cheap per row.
+    const float rstd = 1.f / sqrtf(m2 / static_cast<float>(Cfg::N) + p.eps);
+    if constexpr (STORE_RSTD) {
+      if (t.rank == 0 && threadIdx.x == 0) {
+        if (p.rstd != nullptr) p.rstd[r] = rstd;
+        if constexpr (CENTER) {
+          if (p.mean != nullptr) p.mean[r] = mean;
+        }
+      }
+    }
+    O* const out = row_ptr_mut<O>(p.out, p.shape, r);
+    const long long head_offset = params_cached ? 0 : (r % p.shape.heads) * Cfg::N;
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      const int col = t.column(k);
+      float w[VEC], b[VEC];
+      if (params_cached) {
+        const int at = t.slice_vector(k) * VEC;
+        if constexpr (!is_none<W>) {
+          const auto wp = load_packed<VEC>(w_cached + at);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) w[i] = 1.f;
+        }
+        if constexpr (!is_none<B>) {
+          const auto bp = load_packed<VEC>(b_cached + at);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) b[i] = to_float(bp.v[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) b[i] = 0.f;
+        }
+      } else {
+        load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+        load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, b);
+      }
+      float v[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float x = CENTER ? raw[k].get_again(i) - mean : raw[k].get_again(i);
+        v[i] = x * rstd * w[i] + b[i];
+      }
+      store_vec<VEC>(out + col, v);
+    });
+    if (++s == STAGES) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+  // A cluster that had no row (the grid never has more than the rows, but in case)
+  // still waits once on the barrier it arrived at.
+  if constexpr (CLUSTER > 1) {
+    if (step == 0) row_sums_walk_ready<CLUSTER>();
+  }
+}
+
+}  // namespace nk

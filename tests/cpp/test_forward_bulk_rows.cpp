@@ -1,0 +1,204 @@
+// NORMKIT_FORWARD_PLAN's row=bulk (RowPlan::bulk_stages, norm_fwd_bulk_kernel,
+// with_bulk_rows in rmsnorm_heuristics_fwd.cpp): which calls take it, the cluster,
+// threads, stages and shared memory it asks for, the layout the kernel and the host
+// share, the override's parsing, and its kernels compiled without spills.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kernel_sweep_fixture.hpp"
+#include "normkit/norm/params.cuh"
+#include "normkit/runtime/config.hpp"
+#include "normkit/runtime/error.hpp"
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+
+namespace {
+
+// A forward spec without a residual (x, weight and, for LayerNorm, bias of `w`),
+// planned for sm_90 (or `arch`) under NORMKIT_FORWARD_PLAN=`override_text`.
+RmsFwdSpec bulk_spec(std::int64_t n, DType x, std::optional<DType> w, bool center, const char* override_text,
+                     int arch = 90) {
+  RmsFwdSpec f = norm_fwd_spec(n, x, w.value_or(x), center, std::nullopt, true);
+  f.weight = w;
+  f.bias = center ? w : std::nullopt;
+  f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", override_text);
+  f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), arch);
+  return f;
+}
+
+}  // namespace
+
+TEST(RmsNormPlan, BulkRowsOverrideParses) {
+  const auto o = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,minb=2");
+  EXPECT_TRUE(o.bulk_rows);
+  EXPECT_EQ(o.smem_row, 0);
+  EXPECT_TRUE(o.any());
+  EXPECT_FALSE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem").bulk_rows);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=ring"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk"), normkit::Error);
+}
+
+// Never without the override: no plan of the sweep's shapes takes it on its own.
+TEST(RmsNormPlan, BulkRowsOnlyWhenAsked) {
+  for (const DType x : {bf16, f32})
+    for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144})
+      for (const bool center : {false, true})
+        EXPECT_EQ(bulk_spec(n, x, x, center, "").plan.bulk_stages, 0) << n;
+}
+
+// Slices of at most 32 KB over the smallest cluster that gives them, 512 threads, and
+// as many stages (up to eight) as 227 KB hold beside the parameters' slices.
+TEST(RmsNormPlan, BulkRowsShape) {
+  // bf16 N=262144 with a bf16 weight: 16 CTAs of 32 KB slices; (227 - 2 - 32) / 32 = 6 stages.
+  RowPlan p = bulk_spec(262144, bf16, bf16, false, "row=bulk").plan;
+  EXPECT_EQ(p.bulk_stages, 6) << p.str();
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.tpr, 512);
+  EXPECT_EQ(p.rows, 1);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_EQ(p.min_blocks, 1);
+  EXPECT_FALSE(p.prefetch || p.smem_row || p.early_params);
+  EXPECT_TRUE(p.params_smem);
+  EXPECT_EQ(p.smem_bytes, 6 * 32768 + 32768);
+  // LayerNorm: weight and bias slices, five stages.
+  p = bulk_spec(262144, bf16, bf16, true, "row=bulk").plan;
+  EXPECT_EQ(p.bulk_stages, 5) << p.str();
+  EXPECT_EQ(p.smem_bytes, 5 * 32768 + 2 * 32768);
+  // N=65536 over 4 CTAs, N=16384 one CTA.
+  EXPECT_EQ(bulk_spec(65536, bf16, bf16, false, "row=bulk").plan.cluster, 4);
+  EXPECT_EQ(bulk_spec(16384, bf16, bf16, false, "row=bulk").plan.cluster, 1);
+  // fp32 N=262144 needs 64 KB slices at 16 CTAs: (227 - 2 - 64) / 64 = 2 stages.
+  p = bulk_spec(262144, f32, f32, false, "row=bulk").plan;
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.bulk_stages, 2) << p.str();
+  // LayerNorm fp32 N=262144: weight and bias (128 KB) would leave one stage, so they
+  // stay in global memory and three stages fit; likewise under NORMKIT_PARAMS_SMEM=0.
+  p = bulk_spec(262144, f32, f32, true, "row=bulk").plan;
+  EXPECT_FALSE(p.params_smem) << p.str();
+  EXPECT_EQ(p.bulk_stages, 3);
+  EXPECT_EQ(p.smem_bytes, 3 * 65536);
+  RmsFwdSpec no_params = bulk_spec(262144, bf16, bf16, false, "");
+  no_params.params_smem_allowed = false;
+  no_params.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk");
+  no_params.plan = plan_fwd(no_params, 8, 90);
+  EXPECT_FALSE(no_params.plan.params_smem);
+  EXPECT_EQ(no_params.plan.bulk_stages, 7);  // 225 / 32
+  EXPECT_EQ(no_params.plan.smem_bytes, 7 * 32768);
+  // No weight: the stages take it all (eight at most).
+  EXPECT_EQ(bulk_spec(262144, bf16, std::nullopt, false, "row=bulk").plan.bulk_stages, 7);
+  EXPECT_EQ(bulk_spec(8192, bf16, std::nullopt, false, "row=bulk").plan.bulk_stages, 8);
+  // minb=2: half the shared memory each, fewer stages; cta= sets the threads.
+  p = bulk_spec(262144, bf16, bf16, false, "row=bulk,minb=2").plan;
+  EXPECT_EQ(p.min_blocks, 2);
+  EXPECT_EQ(p.bulk_stages, 2) << p.str();  // (113.5 - 2 - 32) / 32
+  EXPECT_TRUE(p.params_smem);
+  p = bulk_spec(262144, bf16, bf16, true, "row=bulk,minb=2").plan;
+  EXPECT_FALSE(p.params_smem);  // (113.5 - 2 - 64) / 32 is one stage
+  EXPECT_EQ(p.bulk_stages, 3);
+  EXPECT_EQ(bulk_spec(262144, bf16, bf16, false, "row=bulk,cta=256").plan.tpr, 256);
+  // Short slices take fewer threads (at least 64): N=2048 bf16 is 256 vectors.
+  EXPECT_EQ(bulk_spec(2048, bf16, bf16, false, "row=bulk").plan.tpr, 256);
+  EXPECT_EQ(bulk_spec(256, bf16, bf16, false, "row=bulk").plan.tpr, 64);
+}
+
+// Where it cannot apply the plan is the one without the override.
+TEST(RmsNormPlan, BulkRowsNotWhereItCannotApply) {
+  auto unchanged = [](const RmsFwdSpec& f, const char* why) {
+    EXPECT_EQ(f.plan.bulk_stages, 0) << why << ": " << f.plan.str();
+  };
+  unchanged(bulk_spec(65536, bf16, bf16, false, "row=bulk", 80), "sm_80");
+  unchanged(bulk_spec(4097, bf16, bf16, false, "row=bulk"), "odd N");
+  RmsFwdSpec res = norm_fwd_spec(65536, bf16, bf16, false, bf16, false);
+  res.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk");
+  res.plan = plan_fwd(res, 8, 90);
+  unchanged(res, "residual");
+  RmsFwdSpec narrow = bulk_spec(65536, bf16, bf16, false, "");
+  narrow.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk");
+  narrow.plan = plan_fwd(narrow, 4, 90);  // 8-byte vectors (the data's alignment)
+  unchanged(narrow, "8-byte vectors");
+  // fp32 N=262144 under minb=4: a 64 KB slice leaves no room for two stages.
+  unchanged(bulk_spec(262144, f32, f32, false, "row=bulk,minb=4"), "no two stages");
+  // 32-thread CTAs: the cluster exchange needs two warps.
+  unchanged(bulk_spec(65536, bf16, bf16, false, "row=bulk,cta=32"), "one warp");
+}
+
+// The host sizes the dynamic shared memory with the kernel's own layout function:
+// the weight and bias slices only where both are whole 16-byte chunks.
+TEST(RmsNormPlan, BulkRowsLayout) {
+  const nk::BulkRowsLayout l = nk::bulk_rows_layout(2048, 8, 2, 2, 2, 5);
+  EXPECT_EQ(l.slice_bytes, 32768u);
+  EXPECT_EQ(l.weight_bytes, 32768u);
+  EXPECT_EQ(l.params_bytes, 65536u);
+  EXPECT_EQ(l.total_bytes, 5u * 32768u + 65536u);
+  // fp32 x (4 elements a vector) and a bf16 weight: 3 vectors give 24 bytes, not whole chunks.
+  const nk::BulkRowsLayout odd = nk::bulk_rows_layout(3, 4, 4, 2, 0, 2);
+  EXPECT_EQ(odd.params_bytes, 0u);
+  EXPECT_EQ(odd.total_bytes, 2u * 48u);
+  EXPECT_EQ(nk::bulk_rows_layout(16, 8, 2, 0, 0, 3).params_bytes, 0u);  // no weight, no bias
+}
+
+// The kernels of the override for the sweep's long rows and a few others, both
+// norms, bf16, fp16 and fp32 x with weights of each dtype (and none), outputs of
+// another dtype, with and without the statistics: no spills for sm_90a.
+TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
+  int kernels = 0;
+  for (const char* override_text : {"row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024"})
+    for (const DType x : {bf16, f16, f32})
+      for (std::int64_t n : {2048, 16384, 65536, 131072, 200000, 262144})
+        for (const bool center : {false, true}) {
+          RmsFwdSpec f = bulk_spec(n, x, x, center, override_text);
+          if (f.plan.bulk_stages == 0) continue;
+          expect_fwd_clean(f, "sm_90a");
+          ++kernels;
+        }
+  for (const std::optional<DType> w : {std::optional<DType>(), std::optional<DType>(f32), std::optional<DType>(bf16)})
+    for (const DType x : {bf16, f32})
+      for (const bool center : {false, true})
+        for (const bool stats : {false, true}) {
+          RmsFwdSpec f = bulk_spec(131072, x, w, center, "row=bulk");
+          f.store_rstd = stats;
+          f.out = x == bf16 ? f32 : bf16;
+          ASSERT_GT(f.plan.bulk_stages, 0) << f.plan.str();
+          expect_fwd_clean(f, "sm_90a");
+          ++kernels;
+        }
+  EXPECT_GE(kernels, 60);
+}
+
+// The shapes tests/python/test_forward_bulk_rows_gpu.py runs under each of its
+// overrides are planned as the ring it means to test (torch's allocations are
+// 256-byte aligned: 16-byte vectors), with the clusters and stages its ids name.
+TEST(RmsNormPlan, BulkRowsPlansTheGpuTestShapes) {
+  struct Shape {
+    DType x;
+    std::optional<DType> w;
+    std::int64_t n;
+    int cluster;
+  };
+  const Shape shapes[] = {{bf16, bf16, 262144, 16}, {f32, f32, 262144, 16}, {f16, f32, 65536, 4},
+                          {bf16, bf16, 200000, 8},  {f32, bf16, 20000, 4},  {bf16, std::nullopt, 2048, 1}};
+  for (const char* override_text : {"row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024"})
+    for (const Shape& s : shapes)
+      for (const bool center : {false, true}) {
+        const std::string what = std::string(override_text) + " n=" + std::to_string(s.n);
+        const RowPlan p = bulk_spec(s.n, s.x, s.w, center, override_text).plan;
+        // fp32 N=262144's 64 KB slices leave no two stages for two CTAs an SM: the
+        // Python test leaves that pairing out.
+        if (std::string(override_text) == "row=bulk,minb=2" && s.x == f32 && s.n == 262144) {
+          EXPECT_EQ(p.bulk_stages, 0) << what;
+          continue;
+        }
+        EXPECT_GE(p.bulk_stages, 2) << what << " " << p.str();
+        EXPECT_EQ(p.cluster, s.cluster) << what;
+      }
+  // The slice of fp32 N=20000 over 4 CTAs is 1250 vectors: 512 threads own 3, 2 or 2.
+  const RowPlan partial = bulk_spec(20000, f32, bf16, false, "row=bulk").plan;
+  EXPECT_NE(1250 % partial.threads(), 0);
+  // Per-head rows (N=16384, one CTA) and the 8-byte-aligned weight's rows (fp32 N=65536).
+  EXPECT_GE(bulk_spec(16384, bf16, bf16, true, "row=bulk").plan.bulk_stages, 2);
+  EXPECT_GE(bulk_spec(65536, f32, bf16, true, "row=bulk").plan.bulk_stages, 2);
+}

@@ -1,0 +1,103 @@
+"""NORMKIT_FORWARD_PLAN's row=bulk on the GPU: forward rows without a residual whose CTA
+slices arrive by cp.async.bulk in a ring of shared-memory stages (norm_fwd_bulk_kernel,
+RowPlan::bulk_stages) compute what the float64 reference does, with the tolerances of
+the planned kernels, outputs poisoned first: RMSNorm and LayerNorm, over clusters of 1
+to 16 CTAs, slices that leave threads without a last vector (fp32 N=20000), several
+stage counts (one or two CTAs per SM), enough rows that every CTA walks its ring round
+several times; weights of x's dtype, of another, and none; per-head and 8-byte-aligned
+weights (read from global memory, not the shared slice); a LayerNorm row mean far from
+zero (the slices' moments combined); the same bits run to run. Which shapes the override
+plans this way is tests/cpp/test_forward_bulk_rows.cpp's (BulkRowsPlansTheGpuTestShapes).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
+
+from normkit.torch import layernorm_fwd, rmsnorm_fwd  # noqa: E402
+from test_layernorm_gpu import ln_ref_forward  # noqa: E402
+from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
+    BF16, FP16, FP32, EPS, _seed, check, plan_switch, poison_next_allocations, pytestmark, rand, ref_forward)
+
+# (x dtype, weight dtype or None, out dtype, M, N): the clusters of 16, 4, 8 and 1 CTAs,
+# with 2 to 8 stages (tests/cpp/test_forward_bulk_rows.cpp lists the same shapes).
+_SHAPES = [
+    pytest.param(BF16, BF16, BF16, 200, 262144, id="bf16-N262144-c16"),
+    pytest.param(FP32, FP32, FP32, 100, 262144, id="fp32-N262144-c16"),
+    pytest.param(FP16, FP32, FP32, 150, 65536, id="fp16-wfp32-ofp32-N65536-c4"),
+    pytest.param(BF16, BF16, BF16, 64, 200000, id="bf16-N200000-c8"),
+    pytest.param(FP32, BF16, BF16, 400, 20000, id="fp32-wbf16-obf16-N20000-partial"),
+    pytest.param(BF16, None, BF16, 3000, 2048, id="bf16-noweight-N2048-c1"),
+]
+OVERRIDES = ["row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024"]
+# Every pairing but fp32 N=262144 under minb=2, whose 64 KB slices leave no two stages
+# for two CTAs an SM (that plan is not the ring).
+CASES = [pytest.param(o, *s.values, id=f"{o}-{s.id}") for o in OVERRIDES for s in _SHAPES
+         if not (o == "row=bulk,minb=2" and s.values[0] == FP32 and s.values[4] == 262144)]
+
+
+def _run(op, x, w, b, out_dtype):
+    if op == "rmsnorm":
+        out, _, rstd = rmsnorm_fwd(x, w, bias=b, out_dtype=out_dtype, eps=EPS, store_rstd=True)
+        return out, None, rstd
+    out, _, mean, rstd = layernorm_fwd(x, w, b, out_dtype=out_dtype, eps=EPS, store_rstd=True, store_mean=True)
+    return out, mean, rstd
+
+
+def _check_forward(label, op, x, w, b, out_dtype):
+    m = x.shape[:-1]
+    poison_next_allocations((tuple(x.shape), out_dtype), (tuple(m), FP32), (tuple(m), FP32))
+    out, mean, rstd = _run(op, x, w, b, out_dtype)
+    if op == "rmsnorm":
+        y, _, _, rstd_ref = ref_forward(x, w, b)
+    else:
+        y, _, _, mean_ref, rstd_ref = ln_ref_forward(x, w, b)
+        check(f"{label}: mean", mean, mean_ref.reshape(mean.shape))
+    check(f"{label}: out", out, y)
+    check(f"{label}: rstd", rstd, rstd_ref.reshape(rstd.shape))
+    again = _run(op, x, w, b, out_dtype)
+    for name, first, second in zip(("out", "mean", "rstd"), (out, mean, rstd), again):
+        if first is not None:
+            assert torch.equal(first, second), f"{label}: {name} of a second call differs (bitwise)"
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,xdt,wdt,odt,m,n", CASES)
+def test_forward_bulk_rows(override, op, xdt, wdt, odt, m, n):
+    x = rand((m, n), xdt)
+    w = rand((n,), wdt) if wdt is not None else None
+    b = rand((n,), wdt) if (wdt is not None and op == "layernorm") else None
+    with plan_switch("NORMKIT_FORWARD_PLAN", override):
+        _check_forward(f"{override} {op}", op, x, w, b, odt)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_forward_bulk_rows_per_head_weights(op):
+    # weight (H, D) with x (B, S, H, D): rows of several heads, parameters read from global.
+    x = rand((3, 40, 4, 16384), BF16)
+    w, b = rand((4, 16384), BF16), rand((4, 16384), BF16) if op == "layernorm" else None
+    with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"):
+        _check_forward(f"per-head {op}", op, x, w, b, BF16)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_forward_bulk_rows_weight_not_16_byte_aligned(op):
+    # fp32 rows take 4-element vectors, so a bf16 weight needs 8-byte alignment only:
+    # a view 4 elements into its storage keeps the plan but not the shared-memory slice.
+    n = 65536
+    x = rand((120, n), FP32)
+    w = rand((n + 8,), BF16)[4:n + 4]
+    b = rand((n + 8,), BF16)[4:n + 4] if op == "layernorm" else None
+    assert w.data_ptr() % 16 == 8
+    with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"):
+        _check_forward(f"8-byte weight {op}", op, x, w, b, FP32)
+
+
+@pytest.mark.parametrize("n", [65536, 262144])
+def test_forward_bulk_rows_layernorm_mean_far_from_zero(n):
+    # Rows of 1000 +- 1: each CTA's M2 is taken around its own slice's mean, and the
+    # slices' (mean, M2) pairs combined without cancellation.
+    x = (rand((96, n), FP32) + 1000.0)
+    w, b = rand((n,), FP32), rand((n,), FP32)
+    with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"):
+        _check_forward("mean 1000", "layernorm", x, w, b, FP32)
