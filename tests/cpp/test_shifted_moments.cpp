@@ -1,6 +1,7 @@
 // Host checks of LayerNorm's one-reduction statistics (device/normkit/common/shifted_moments.cuh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -87,6 +88,55 @@ TEST(ShiftedMoments, NanIsCaught) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(moments_from_shifted_sums(0.f, nan, 1.f, 4.f).exact_needed);
   EXPECT_TRUE(moments_from_shifted_sums(0.f, 1.f, nan, 4.f).exact_needed);
+}
+
+// combine_slice_moments: a row cut into C equal slices, each slice's mean and M2 from
+// two fp32 passes around its own mean (as norm_fwd_bulk_kernel's CTAs take them).
+template <int C>
+nk::SliceMoments by_slices(const std::vector<float>& h) {
+  const int n_c = static_cast<int>(h.size()) / C;
+  float pairs[C][2];
+  for (int c = 0; c < C; ++c) {
+    float sum = 0.f;
+    for (int i = 0; i < n_c; ++i) sum += h[c * n_c + i];
+    const float mean = sum / static_cast<float>(n_c);
+    float m2 = 0.f;
+    for (int i = 0; i < n_c; ++i) m2 += (h[c * n_c + i] - mean) * (h[c * n_c + i] - mean);
+    pairs[c][0] = mean;
+    pairs[c][1] = m2;
+  }
+  return nk::combine_slice_moments<C>(pairs, static_cast<float>(n_c));
+}
+
+TEST(SliceMoments, CombinedSlicesMatchTheRowFarFromZero) {
+  // Rows of 1000 +- 1 (where E[h^2] - mean^2 keeps about one bit) and of 0 +- 1.
+  for (const float mean : {1000.f, 0.f})
+    for (unsigned seed = 0; seed < 10; ++seed) {
+      const auto h = gaussian_row(16384, mean, 1.f, seed);
+      const Exact want = exact(h);
+      for (const nk::SliceMoments got : {by_slices<1>(h), by_slices<4>(h), by_slices<16>(h)}) {
+        EXPECT_NEAR(got.m2 / want.m2, 1.0, 1e-4) << "mean " << mean << " seed " << seed;
+        EXPECT_NEAR(got.mean, want.mean, 1e-5 * (1.0 + std::abs(want.mean))) << "seed " << seed;
+      }
+    }
+}
+
+TEST(SliceMoments, SlicesOfDifferentMeans) {
+  // Slice c around 10 * c: most of M2 is between the slices, which the combination adds
+  // as a sum of squares of the slices' mean differences (no cancellation).
+  std::vector<float> h(4 * 4096);
+  for (int c = 0; c < 4; ++c) {
+    const auto part = gaussian_row(4096, 10.f * static_cast<float>(c), 0.5f, 100 + c);
+    std::copy(part.begin(), part.end(), h.begin() + c * 4096);
+  }
+  const Exact want = exact(h);
+  const nk::SliceMoments got = by_slices<4>(h);
+  EXPECT_NEAR(got.m2 / want.m2, 1.0, 1e-5);
+  EXPECT_NEAR(got.mean, want.mean, 1e-4);
+  // A constant row: exactly zero, whatever the slices.
+  const std::vector<float> flat(4096, 3.25f);
+  EXPECT_EQ(by_slices<16>(flat).m2, 0.f);
+  EXPECT_EQ(by_slices<16>(flat).mean, 3.25f);
 }
 
 }  // namespace
