@@ -66,8 +66,8 @@ struct RowPlan {
   // L2 for its slice of the next row it takes by a bulk prefetch (norm_bwd_kernel's
   // L2_NEXT), so that those loads wait on L2 rather than HBM (with_l2_next).
   bool l2_next = false;
-  // Forward rows without a residual, where NORMKIT_FORWARD_PLAN's row=bulk asks for
-  // it (with_bulk_rows; not planned on its own, not yet measured): the row's slices
+  // Forward rows, where NORMKIT_FORWARD_PLAN's row=bulk asks for it (with_bulk_rows;
+  // not planned on its own, not yet measured): the row's slices (x's, the residual's)
   // copied by cp.async.bulk into a ring of this many shared-memory stages
   // (norm_fwd_bulk_kernel), a persistent grid, one row per CTA (cluster). 0: off.
   int bulk_stages = 0;

@@ -203,20 +203,23 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in) {
 }
 
 namespace {
-// A stage of 32 KB: bf16 N=262144 over 16 CTAs, N=65536 over 4; with a bf16 weight's
-// 32 KB slice, six stages fit an SM (227 KB).
+// A stage of 32 KB where the cluster allows (x's slice and the residual's): bf16
+// N=262144 over 16 CTAs without a residual, N=65536 over 4; with a bf16 weight's 32 KB
+// slice, six such stages fit an SM (227 KB).
 constexpr std::int64_t kBulkSliceBytes = 32 * 1024;
 constexpr int kBulkMaxStages = 8;
 }  // namespace
 
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
-  if (!in.forced_bulk_rows || in.backward || in.arch < 90 || in.residual || in.residual_out ||
-      in.max_vec * in.x_bytes < 16 || in.n % (16 / in.x_bytes) != 0)
+  const int r_bytes = in.residual ? in.residual_bytes : 0;
+  if (!in.forced_bulk_rows || in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
+      in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * r_bytes % 16 != 0)
     return planned;
   const int vec = 16 / in.x_bytes;
   const std::int64_t nv = in.n / vec;
+  const std::int64_t stage_per_vector = vec * (in.x_bytes + r_bytes);  // bytes of x and the residual
   int cluster = 1;
-  while (cluster < 16 && nv * 16 / cluster > kBulkSliceBytes && nv % (2 * cluster) == 0) cluster *= 2;
+  while (cluster < 16 && nv * stage_per_vector / cluster > kBulkSliceBytes && nv % (2 * cluster) == 0) cluster *= 2;
   const std::int64_t slice_v = nv / cluster;
   int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
   while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
@@ -226,7 +229,7 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const std::int64_t budget = kSmemPerSm / blocks - kSmemPerCta;
   // The parameters' slices in shared memory where two stages still fit beside them.
   auto stages_with = [&](bool params_smem) {
-    const nk::BulkRowsLayout one = nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes,
+    const nk::BulkRowsLayout one = nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
                                                         params_smem ? in.weight_bytes : 0,
                                                         params_smem && in.bias ? in.bias_bytes : 0, 1);
     return std::min<std::int64_t>(kBulkMaxStages,
@@ -242,10 +245,10 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   p.cluster = cluster;
   p.regs = true;
   p.bulk_stages = static_cast<int>(stages);
-  p.params_smem = params_smem && nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, in.weight_bytes,
-                                                      in.bias ? in.bias_bytes : 0, 1)
+  p.params_smem = params_smem && nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
+                                                      in.weight_bytes, in.bias ? in.bias_bytes : 0, 1)
                                          .params_bytes > 0;
-  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes,
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
                                                        p.params_smem ? in.weight_bytes : 0,
                                                        p.params_smem && in.bias ? in.bias_bytes : 0, p.bulk_stages)
                                        .total_bytes);

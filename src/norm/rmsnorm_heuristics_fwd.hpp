@@ -30,8 +30,9 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 
 // The forward plan of norm_fwd_bulk_kernel (RowPlan::bulk_stages) where
 // in.forced_bulk_rows asks for it (NORMKIT_FORWARD_PLAN's row=bulk) and it applies:
-// sm_90+, no residual nor residual_out, 16-byte vectors. The cluster is the smallest
-// (up to 16, dividing the row's vectors) whose slice is at most kBulkSliceBytes;
+// sm_90+, 16-byte vectors of x and a residual (if any) of whole 16-byte items. The
+// cluster is the smallest (up to 16, dividing the row's vectors) whose stage (the
+// slices of x and the residual) is at most kBulkSliceBytes;
 // 512 threads (cta= forced: that many; fewer where the slice has fewer vectors, at
 // least 64), one CTA per SM (minb= forced: that many share its shared memory), and
 // as many stages, up to kBulkMaxStages, as the shared memory holds beside the

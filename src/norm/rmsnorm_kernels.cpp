@@ -156,9 +156,8 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
 rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   std::ostringstream e;
   if (s.plan.bulk_stages > 0) {
-    NK_CHECK(!s.residual && !s.residual_out, "norm forward: a bulk-ring plan with a residual (internal)");
     e << "nk::norm_fwd_bulk_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
-      << device_type(s.weight) << ", " << device_type(s.bias) << ", " << device_type(s.out) << ", "
+      << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", " << device_type(s.bias) << ", " << device_type(s.out) << ", "
       << flag(s.store_rstd) << ", " << flag(s.center) << ", " << flag(s.plan.params_smem) << ", "
       << s.plan.bulk_stages << ">";
     return make(family(s.center, "_fwd_bulk"), "normkit/norm/norm_fwd_bulk.cuh", e.str());

@@ -1,12 +1,14 @@
 // NORMKIT_FORWARD_PLAN's row=bulk (RowPlan::bulk_stages, norm_fwd_bulk_kernel,
 // with_bulk_rows in rmsnorm_heuristics_fwd.cpp): which calls take it, the cluster,
-// threads, stages and shared memory it asks for, the layout the kernel and the host
-// share, the override's parsing, and its kernels compiled without spills.
+// threads, stages and shared memory it asks for (with and without a residual), the
+// layout the kernel and the host share, the override's parsing, and its kernels
+// compiled without spills.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "kernel_sweep_fixture.hpp"
 #include "normkit/norm/params.cuh"
@@ -21,8 +23,8 @@ namespace {
 // A forward spec without a residual (x, weight and, for LayerNorm, bias of `w`),
 // planned for sm_90 (or `arch`) under NORMKIT_FORWARD_PLAN=`override_text`.
 RmsFwdSpec bulk_spec(std::int64_t n, DType x, std::optional<DType> w, bool center, const char* override_text,
-                     int arch = 90) {
-  RmsFwdSpec f = norm_fwd_spec(n, x, w.value_or(x), center, std::nullopt, true);
+                     int arch = 90, std::optional<DType> residual = std::nullopt) {
+  RmsFwdSpec f = norm_fwd_spec(n, x, w.value_or(x), center, residual, true);
   f.weight = w;
   f.bias = center ? w : std::nullopt;
   f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", override_text);
@@ -103,6 +105,17 @@ TEST(RmsNormPlan, BulkRowsShape) {
   // Short slices take fewer threads (at least 64): N=2048 bf16 is 256 vectors.
   EXPECT_EQ(bulk_spec(2048, bf16, bf16, false, "row=bulk").plan.tpr, 256);
   EXPECT_EQ(bulk_spec(256, bf16, bf16, false, "row=bulk").plan.tpr, 64);
+  // A bf16 residual doubles the stage: N=65536 over 8 CTAs (32 KB stages), N=262144
+  // over 16 (64 KB: (227 - 2 - 32) / 64 = 3 stages).
+  p = bulk_spec(65536, bf16, bf16, false, "row=bulk", 90, bf16).plan;
+  EXPECT_EQ(p.cluster, 8) << p.str();
+  EXPECT_EQ(p.bulk_stages, 6);
+  EXPECT_EQ(p.smem_bytes, 6 * 32768 + 16384);
+  p = bulk_spec(262144, bf16, bf16, false, "row=bulk", 90, bf16).plan;
+  EXPECT_EQ(p.cluster, 16) << p.str();
+  EXPECT_EQ(p.bulk_stages, 3);
+  // fp32 x with an fp32 residual at N=262144: 128 KB stages leave one; refused.
+  EXPECT_EQ(bulk_spec(262144, f32, f32, false, "row=bulk", 90, f32).plan.bulk_stages, 0);
 }
 
 // Where it cannot apply the plan is the one without the override.
@@ -112,10 +125,8 @@ TEST(RmsNormPlan, BulkRowsNotWhereItCannotApply) {
   };
   unchanged(bulk_spec(65536, bf16, bf16, false, "row=bulk", 80), "sm_80");
   unchanged(bulk_spec(4097, bf16, bf16, false, "row=bulk"), "odd N");
-  RmsFwdSpec res = norm_fwd_spec(65536, bf16, bf16, false, bf16, false);
-  res.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk");
-  res.plan = plan_fwd(res, 8, 90);
-  unchanged(res, "residual");
+  // fp32 x takes 4-element vectors: a bf16 residual's are 8 bytes, not whole chunks.
+  unchanged(bulk_spec(65536, f32, f32, false, "row=bulk", 90, bf16), "8-byte residual items");
   RmsFwdSpec narrow = bulk_spec(65536, bf16, bf16, false, "");
   narrow.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk");
   narrow.plan = plan_fwd(narrow, 4, 90);  // 8-byte vectors (the data's alignment)
@@ -129,16 +140,22 @@ TEST(RmsNormPlan, BulkRowsNotWhereItCannotApply) {
 // The host sizes the dynamic shared memory with the kernel's own layout function:
 // the weight and bias slices only where both are whole 16-byte chunks.
 TEST(RmsNormPlan, BulkRowsLayout) {
-  const nk::BulkRowsLayout l = nk::bulk_rows_layout(2048, 8, 2, 2, 2, 5);
+  const nk::BulkRowsLayout l = nk::bulk_rows_layout(2048, 8, 2, 0, 2, 2, 5);
+  EXPECT_EQ(l.x_bytes, 32768u);
   EXPECT_EQ(l.slice_bytes, 32768u);
   EXPECT_EQ(l.weight_bytes, 32768u);
   EXPECT_EQ(l.params_bytes, 65536u);
   EXPECT_EQ(l.total_bytes, 5u * 32768u + 65536u);
   // fp32 x (4 elements a vector) and a bf16 weight: 3 vectors give 24 bytes, not whole chunks.
-  const nk::BulkRowsLayout odd = nk::bulk_rows_layout(3, 4, 4, 2, 0, 2);
+  const nk::BulkRowsLayout odd = nk::bulk_rows_layout(3, 4, 4, 0, 2, 0, 2);
   EXPECT_EQ(odd.params_bytes, 0u);
   EXPECT_EQ(odd.total_bytes, 2u * 48u);
-  EXPECT_EQ(nk::bulk_rows_layout(16, 8, 2, 0, 0, 3).params_bytes, 0u);  // no weight, no bias
+  EXPECT_EQ(nk::bulk_rows_layout(16, 8, 2, 0, 0, 0, 3).params_bytes, 0u);  // no weight, no bias
+  // A residual (fp32 beside bf16 x): each stage x's slice, then the residual's.
+  const nk::BulkRowsLayout res = nk::bulk_rows_layout(1024, 8, 2, 4, 2, 0, 3);
+  EXPECT_EQ(res.x_bytes, 16384u);
+  EXPECT_EQ(res.slice_bytes, 16384u + 32768u);
+  EXPECT_EQ(res.total_bytes, 3u * (16384u + 32768u) + 16384u);
 }
 
 // The kernels of the override for the sweep's long rows and a few others, both
@@ -166,7 +183,20 @@ TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
           expect_fwd_clean(f, "sm_90a");
           ++kernels;
         }
-  EXPECT_GE(kernels, 60);
+  // With a residual (of x's dtype, and fp32 beside 16-bit x), residual_out stored or not.
+  for (const DType x : {bf16, f32})
+    for (const DType r : {bf16, f32})
+      for (std::int64_t n : {16384, 65536, 131072, 262144})
+        for (const bool center : {false, true})
+          for (const bool residual_out : {false, true}) {
+            if (x == f32 && r == bf16) continue;  // 8-byte residual items: not planned
+            RmsFwdSpec f = bulk_spec(n, x, x, center, "row=bulk", 90, r);
+            if (!residual_out) f.residual_out.reset();
+            if (f.plan.bulk_stages == 0) continue;
+            expect_fwd_clean(f, "sm_90a");
+            ++kernels;
+          }
+  EXPECT_GE(kernels, 80);
 }
 
 // The shapes tests/python/test_forward_bulk_rows_gpu.py runs under each of its
@@ -198,6 +228,20 @@ TEST(RmsNormPlan, BulkRowsPlansTheGpuTestShapes) {
   // The slice of fp32 N=20000 over 4 CTAs is 1250 vectors: 512 threads own 3, 2 or 2.
   const RowPlan partial = bulk_spec(20000, f32, bf16, false, "row=bulk").plan;
   EXPECT_NE(1250 % partial.threads(), 0);
+  // The residual shapes (x, residual): bf16 N=262144 over 16 CTAs, bf16 with fp32 N=65536,
+  // fp32 N=32768, bf16 N=4096 in one CTA; under minb=2 too, but N=262144 (its 64 KB
+  // stages leave no two for two CTAs an SM, and the Python test leaves it out).
+  for (const char* override_text : {"row=bulk", "row=bulk,minb=2"})
+    for (const auto& [x, r, n] : {std::tuple{bf16, bf16, 262144}, std::tuple{bf16, f32, 65536},
+                                  std::tuple{f32, f32, 32768}, std::tuple{bf16, bf16, 4096}})
+      for (const bool center : {false, true}) {
+        const int stages = bulk_spec(n, x, x, center, override_text, 90, r).plan.bulk_stages;
+        if (std::string(override_text) == "row=bulk,minb=2" && n == 262144) {
+          EXPECT_EQ(stages, 0);
+          continue;
+        }
+        EXPECT_GE(stages, 2) << override_text << " n=" << n;
+      }
   // Per-head rows (N=16384, one CTA) and the 8-byte-aligned weight's rows (fp32 N=65536).
   EXPECT_GE(bulk_spec(16384, bf16, bf16, true, "row=bulk").plan.bulk_stages, 2);
   EXPECT_GE(bulk_spec(65536, f32, bf16, true, "row=bulk").plan.bulk_stages, 2);

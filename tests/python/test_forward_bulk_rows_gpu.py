@@ -1,13 +1,15 @@
-"""NORMKIT_FORWARD_PLAN's row=bulk on the GPU: forward rows without a residual whose CTA
-slices arrive by cp.async.bulk in a ring of shared-memory stages (norm_fwd_bulk_kernel,
-RowPlan::bulk_stages) compute what the float64 reference does, with the tolerances of
-the planned kernels, outputs poisoned first: RMSNorm and LayerNorm, over clusters of 1
-to 16 CTAs, slices that leave threads without a last vector (fp32 N=20000), several
-stage counts (one or two CTAs per SM), enough rows that every CTA walks its ring round
-several times; weights of x's dtype, of another, and none; per-head and 8-byte-aligned
-weights (read from global memory, not the shared slice); a LayerNorm row mean far from
-zero (the slices' moments combined); the same bits run to run. Which shapes the override
-plans this way is tests/cpp/test_forward_bulk_rows.cpp's (BulkRowsPlansTheGpuTestShapes).
+"""NORMKIT_FORWARD_PLAN's row=bulk on the GPU: forward rows whose CTA slices (of x and
+the residual) arrive by cp.async.bulk in a ring of shared-memory stages
+(norm_fwd_bulk_kernel, RowPlan::bulk_stages) compute what the float64 reference does,
+with the tolerances of the planned kernels, outputs poisoned first: RMSNorm and
+LayerNorm, over clusters of 1 to 16 CTAs, slices that leave threads without a last
+vector (fp32 N=20000), several stage counts (one or two CTAs per SM), enough rows that
+every CTA walks its ring round several times; weights of x's dtype, of another, and
+none; per-head and 8-byte-aligned weights (read from global memory, not the shared
+slice); a LayerNorm row mean far from zero (the slices' moments combined); the same
+bits run to run; with a residual, residual_out bit-exact, and the in-place fused add.
+Which shapes the override plans this way is tests/cpp/test_forward_bulk_rows.cpp's
+(BulkRowsPlansTheGpuTestShapes).
 """
 
 import pytest
@@ -15,9 +17,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
 
 from normkit.torch import layernorm_fwd, rmsnorm_fwd  # noqa: E402
-from test_layernorm_gpu import ln_ref_forward  # noqa: E402
+from test_layernorm_gpu import _fused, _fused_ref, ln_ref_forward  # noqa: E402
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
-    BF16, FP16, FP32, EPS, _seed, check, plan_switch, poison_next_allocations, pytestmark, rand, ref_forward)
+    BF16, FP16, FP32, EPS, _seed, check, check_exact, plan_switch, poison_next_allocations, pytestmark, rand,
+    ref_forward)
 
 # (x dtype, weight dtype or None, out dtype, M, N): the clusters of 16, 4, 8 and 1 CTAs,
 # with 2 to 8 stages (tests/cpp/test_forward_bulk_rows.cpp lists the same shapes).
@@ -101,3 +104,49 @@ def test_forward_bulk_rows_layernorm_mean_far_from_zero(n):
     w, b = rand((n,), FP32), rand((n,), FP32)
     with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"):
         _check_forward("mean 1000", "layernorm", x, w, b, FP32)
+
+
+# With a residual: (x dtype, residual dtype, M, N); the stage holds both slices.
+RESIDUAL_SHAPES = [
+    pytest.param(BF16, BF16, 96, 262144, id="bf16-rbf16-N262144-c16"),
+    pytest.param(BF16, FP32, 120, 65536, id="bf16-rfp32-N65536"),
+    pytest.param(FP32, FP32, 300, 32768, id="fp32-rfp32-N32768"),
+    pytest.param(BF16, BF16, 2000, 4096, id="bf16-rbf16-N4096-c1"),
+]
+
+
+# Under minb=2 but N=262144, whose 64 KB stages leave no two for two CTAs an SM.
+RESIDUAL_CASES = [pytest.param(o, *s.values, id=f"{o}-{s.id}") for o in ("row=bulk", "row=bulk,minb=2")
+                  for s in RESIDUAL_SHAPES if not (o == "row=bulk,minb=2" and s.values[3] == 262144)]
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,xdt,rdt,m,n", RESIDUAL_CASES)
+def test_forward_bulk_rows_residual(override, op, xdt, rdt, m, n):
+    x, r = rand((m, n), xdt), rand((m, n), rdt)
+    w, b = rand((n,), xdt), rand((n,), xdt)
+    with plan_switch("NORMKIT_FORWARD_PLAN", override):
+        poison_next_allocations(((m, n), xdt), ((m, n), rdt), ((m,), FP32), ((m,), FP32))
+        if op == "rmsnorm":
+            y, h, _, rstd_ref = ref_forward(x, w, residual=r)
+            out, res_out, rstd = rmsnorm_fwd(x, w, residual=r, eps=EPS, store_rstd=True)
+        else:
+            y, h, _, _, rstd_ref = ln_ref_forward(x, w, b, residual=r)
+            out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
+    check(f"{override} {op}: out", out, y)
+    check(f"{override} {op}: rstd", rstd, rstd_ref)
+    check_exact(f"{override} {op}: residual_out", res_out, h)
+
+
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("xdt,rdt,m,n", RESIDUAL_SHAPES)
+def test_fused_add_in_place_bulk_rows(kind, xdt, rdt, m, n):
+    # residual += x and x = norm(residual): each CTA reads its slices of a row into the
+    # ring before it writes that row's slices, and reads ahead only other rows.
+    x, residual = rand((m, n), xdt), rand((m, n), rdt)
+    w, b = rand((n,), xdt), rand((n,), xdt) if kind == "ln" else None
+    y, res_ref = _fused_ref(kind, x, residual, w, b, 0.0)
+    with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"), torch.no_grad():
+        assert _fused(kind, x, residual, w, b, 0.0) is None
+    check_exact(f"{kind}: residual (in place)", residual, res_ref)
+    check(f"{kind}: x (in place)", x, y)

@@ -1,24 +1,26 @@
-// Forward of RMSNorm and LayerNorm (the formulas of rmsnorm_fwd.cuh) for rows
-// without a residual, fed by bulk copies into a ring of shared-memory stages.
+// Forward of RMSNorm and LayerNorm (the formulas of rmsnorm_fwd.cuh, residual and
+// residual_out included), its rows fed by bulk copies into a ring of shared-memory
+// stages.
 //
 // Why it is shaped this way: the register kernel's long rows (N >= 65536) stay at
-// 0.77-0.92x copy. A CTA there holds one row (two with PREFETCH) in registers, so an
+// 0.61-0.92x copy. A CTA there holds one row (two with PREFETCH) in registers, so an
 // SM has at most 32-64 KB of loads in flight, and less while a row waits for its
 // cluster's sums; at ~32 GB/s an SM and ~1-2 us of loaded DRAM latency that is
 // about what Little's law asks for, with no margin. Here one thread of each CTA
-// copies the CTA's whole slice of a row with one cp.async.bulk into a stage and the
-// stage's mbarrier counts its bytes: a copy in flight costs no registers and no
-// threads, so the ring keeps STAGES - 1 rows (up to ~190 KB an SM) loading while
-// the CTA reduces and stores the current one. The CTA reads its slice from the
-// stage into registers at once and frees the stage at the reduction's first CTA
-// barrier (after every thread's reads), before the cluster's sums arrive, so the
-// refill does not wait for the cluster. The weight and bias slices are the same
-// for every row of a persistent CTA and are copied once (PARAMS_SMEM, when there is
-// one head and they are 16-byte aligned; otherwise read from global per row).
-// The earlier cp.async ring (docs/perf/h200-2026-11-30.md) lost because each thread
-// issued its own 16-byte copies into 64 KB stages (one CTA per SM, 4 warps a
-// scheduler waiting on the same barriers) and re-read the weight from L2 every row:
-// both are gone here.
+// copies the CTA's whole slice of a row (and of the residual) with one cp.async.bulk
+// each into a stage, and the stage's mbarrier counts their bytes: a copy in flight
+// costs no registers and no threads, so the ring keeps STAGES - 1 rows (up to ~190 KB
+// an SM) loading while the CTA reduces and stores the current one. The CTA reads its
+// slice from the stage into registers at once and frees the stage at the reduction's
+// first CTA barrier (after every thread's reads), before the cluster's sums arrive,
+// so the refill does not wait for the cluster. The weight and bias slices are the
+// same for every row of a persistent CTA and are copied once (PARAMS_SMEM, when there
+// is one head and they are 16-byte aligned; otherwise read from global per row).
+// The earlier cp.async ring (docs/perf/h200-2026-11-30.md) lost with each thread
+// issuing its own 16-byte copies, the weight re-read from L2 every row, and one
+// 512-thread CTA per SM whose warps all waited on the same row's barriers. The first
+// two are gone here; the last remains by default (minb=2 gives two CTAs an SM half
+// the shared memory each, to measure against it).
 // LayerNorm: each CTA takes its slice's mean and M2 in two passes over the
 // registers (two CTA barriers, no cluster barrier), and the cluster combines the
 // CTAs' pairs (combine_slice_moments): one cluster exchange a row, and no
@@ -35,7 +37,8 @@
 
 namespace nk {
 
-template <class Cfg, class X, class W, class B, class O, bool STORE_RSTD, bool CENTER, bool PARAMS_SMEM, int STAGES>
+template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
+          bool PARAMS_SMEM, int STAGES>
 __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int CLUSTER = Cfg::CLUSTER;
@@ -44,9 +47,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const No
   static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
   static_assert(STAGES >= 2, "a ring of at least two stages");
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
-  constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), PARAMS_SMEM ? size_or_zero<W> : 0,
-                                                PARAMS_SMEM ? size_or_zero<B> : 0, STAGES);
-  // Shared memory: STAGES slices of x, then (L.params_bytes > 0) the weight's slice and the bias's.
+  static_assert(VEC * size_or_zero<R> % 16 == 0, "the residual's rows 16-byte aligned, as the bulk copy needs");
+  constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), size_or_zero<R>,
+                                                PARAMS_SMEM ? size_or_zero<W> : 0, PARAMS_SMEM ? size_or_zero<B> : 0,
+                                                STAGES);
+  // Shared memory: STAGES stages (x's slice, then the residual's), then (L.params_bytes > 0)
+  // the weight's slice and the bias's.
   extern __shared__ __align__(128) unsigned char bulk_memory[];
   __shared__ unsigned long long stage_full[STAGES];
   __shared__ unsigned long long params_full;
@@ -63,7 +69,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const No
   auto issue_row = [&](long long r, int s) {
     if (r >= p.shape.rows) return;
     mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
-    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.slice_bytes, &stage_full[s]);
+    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
+    if constexpr (!is_none<R>)
+      bulk_load(stage(s) + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes,
+                &stage_full[s]);
   };
   const bool aligned = (reinterpret_cast<unsigned long long>(p.weight) | reinterpret_cast<unsigned long long>(p.bias)) % 16 == 0;
   const bool params_cached = L.params_bytes > 0 && p.shape.heads == 1 && aligned;
@@ -112,22 +121,43 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const No
   for (long long r = first; r < p.shape.rows; r += stride) {
     mbarrier_wait(&stage_full[s], phase);
     RawVec<X, VEC> raw[Cfg::ITEMS];
+    RawVec<typename or_type<R, X>::type, VEC> raw_res[is_none<R> ? 1 : Cfg::ITEMS];
     for_each_item<Cfg>([&](int k) {
-      if (t.owns(k)) raw[k].pk = *reinterpret_cast<const decltype(raw[k].pk)*>(stage(s) + t.slice_vector(k) * 16);
+      if (!t.owns(k)) return;
+      raw[k].pk = *reinterpret_cast<const decltype(raw[k].pk)*>(stage(s) + t.slice_vector(k) * 16);
+      if constexpr (!is_none<R>)
+        raw_res[k].pk = *reinterpret_cast<const decltype(raw_res[k].pk)*>(stage(s) + L.x_bytes +
+                                                                           t.slice_vector(k) * (VEC * size_or_zero<R>));
     });
+    // h = x (+ residual) of item k in fp32, element i (the same fp32 sum as the
+    // register kernel's, so residual_out has the same bits). `first`: its first use.
+    auto h = [&](int k, int i, bool first) {
+      float v = first ? raw[k].get(i) : raw[k].get_again(i);
+      if constexpr (!is_none<R>) v += first ? raw_res[k].get(i) : raw_res[k].get_again(i);
+      return v;
+    };
     // The stage is free once every thread is past the first CTA barrier below; it
     // takes the row STAGES rows on.
     auto refill = [&] {
       if (threadIdx.x == 0) issue_row(r + STAGES * stride, s);
     };
-    float first_sum = 0.f;  // RMSNorm: sum of x^2; LayerNorm: sum of x
+    // residual_out is stored with the row's first pass, before the reduction, so that
+    // its stores overlap the reduction's latency.
+    using ROut = typename or_type<RO, X>::type;
+    [[maybe_unused]] ROut* const res_out = is_none<RO> ? nullptr : row_ptr_mut<ROut>(p.residual_out, p.shape, r);
+    float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h
     for_each_item<Cfg>([&](int k) {
       if (!t.owns(k)) return;
+      float v[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) first_sum += CENTER ? raw[k].get(i) : raw[k].get(i) * raw[k].get(i);
+      for (int i = 0; i < VEC; ++i) {
+        v[i] = h(k, i, true);
+        first_sum += CENTER ? v[i] : v[i] * v[i];
+      }
+      if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
     });
     float mean = 0.f;
-    float m2 = 0.f;  // RMSNorm: sum of x^2; LayerNorm: sum of (x - mean)^2
+    float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
     if constexpr (CENTER) {
       const float slice_mean = cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
       refill();
@@ -136,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const No
         if (!t.owns(k)) return;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float d = raw[k].get_again(i) - slice_mean;
+          const float d = h(k, i, false) - slice_mean;
           sq += d * d;
         }
       });
@@ -202,7 +232,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const No
       float v[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        const float x = CENTER ? raw[k].get_again(i) - mean : raw[k].get_again(i);
+        const float x = CENTER ? h(k, i, false) - mean : h(k, i, false);
         v[i] = x * rstd * w[i] + b[i];
       }
       store_vec<VEC>(out + col, v);

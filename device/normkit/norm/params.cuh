@@ -57,24 +57,27 @@ NK_HOST_DEVICE constexpr long long split_vector(long long chunk, int k, int thre
 }
 
 // Dynamic shared memory of norm_fwd_bulk_kernel (RowPlan::bulk_stages), computed
-// alike by the kernel and the host's plan: STAGES slices of x (SLICE_V vectors of
-// VEC elements each), then the CTA's slices of weight and bias when both are whole
-// 16-byte chunks (the bulk copy's unit; otherwise the epilogue reads them from
-// global memory and they take no shared memory).
+// alike by the kernel and the host's plan: STAGES stages, each the CTA's slice of x
+// (SLICE_V vectors of VEC elements) and then of the residual (r_bytes an element; 0:
+// none), then the CTA's slices of weight and bias when both are whole 16-byte chunks
+// (the bulk copy's unit; otherwise the epilogue reads them from global memory and
+// they take no shared memory; w_bytes and b_bytes 0 ask for none).
 struct BulkRowsLayout {
+  unsigned x_bytes;       // x's slice, at the start of a stage (the residual's follows)
   unsigned slice_bytes;   // one stage
   unsigned weight_bytes;  // the weight's slice (0: not in shared memory)
   unsigned params_bytes;  // weight and bias slices (0: not in shared memory)
   unsigned total_bytes;
 };
-NK_HOST_DEVICE constexpr BulkRowsLayout bulk_rows_layout(int slice_v, int vec, int x_bytes, int w_bytes, int b_bytes,
-                                                         int stages) {
+NK_HOST_DEVICE constexpr BulkRowsLayout bulk_rows_layout(int slice_v, int vec, int x_bytes, int r_bytes, int w_bytes,
+                                                         int b_bytes, int stages) {
   const unsigned elems = static_cast<unsigned>(slice_v) * static_cast<unsigned>(vec);
-  const unsigned slice = elems * static_cast<unsigned>(x_bytes);
+  const unsigned x_slice = elems * static_cast<unsigned>(x_bytes);
+  const unsigned slice = x_slice + elems * static_cast<unsigned>(r_bytes);
   const unsigned wb = elems * static_cast<unsigned>(w_bytes);
   const unsigned bb = elems * static_cast<unsigned>(b_bytes);
   const bool cached = wb % 16 == 0 && bb % 16 == 0 && wb + bb > 0;
-  return BulkRowsLayout{slice, cached ? wb : 0u, cached ? wb + bb : 0u,
+  return BulkRowsLayout{x_slice, slice, cached ? wb : 0u, cached ? wb + bb : 0u,
                         static_cast<unsigned>(stages) * slice + (cached ? wb + bb : 0u)};
 }
 
