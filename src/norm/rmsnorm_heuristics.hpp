@@ -129,10 +129,11 @@ struct RowPlanInputs {
   int forced_cta_threads = 0;
   int forced_min_blocks = 0;
   bool forced_no_prefetch = false;
-  int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN)
+  int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN); forward: row=bulk's cluster
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   bool forced_bulk_rows = false;  // forward: RowPlan::bulk_stages asked for (row=bulk)
+  int forced_bulk_stages = 0;     // forward, with forced_bulk_rows: that many stages (stages=)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the

@@ -220,6 +220,8 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const std::int64_t stage_per_vector = vec * (in.x_bytes + r_bytes);  // bytes of x and the residual
   int cluster = 1;
   while (cluster < 16 && nv * stage_per_vector / cluster > kBulkSliceBytes && nv % (2 * cluster) == 0) cluster *= 2;
+  if (in.forced_cluster) cluster = in.forced_cluster;
+  if (nv % cluster != 0) return planned;  // slices of equal length only
   const std::int64_t slice_v = nv / cluster;
   int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
   while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
@@ -235,9 +237,12 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
     return std::min<std::int64_t>(kBulkMaxStages,
                                   (budget - one.params_bytes) / static_cast<std::int64_t>(one.slice_bytes));
   };
-  const bool params_smem = in.params_smem_allowed && stages_with(true) >= 2;
-  const std::int64_t stages = stages_with(params_smem);
-  if (stages < 2) return planned;
+  // stages= forced: that many, where they fit (with the parameters' slices if they fit too).
+  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : 2;
+  const bool params_smem = in.params_smem_allowed && stages_with(true) >= wanted;
+  const std::int64_t fitting = stages_with(params_smem);
+  if (fitting < wanted) return planned;
+  const std::int64_t stages = in.forced_bulk_stages ? in.forced_bulk_stages : fitting;
   RowPlan p;
   p.vec = vec;
   p.tpr = threads;

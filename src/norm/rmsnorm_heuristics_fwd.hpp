@@ -32,14 +32,16 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 // in.forced_bulk_rows asks for it (NORMKIT_FORWARD_PLAN's row=bulk) and it applies:
 // sm_90+, 16-byte vectors of x and a residual (if any) of whole 16-byte items. The
 // cluster is the smallest (up to 16, dividing the row's vectors) whose stage (the
-// slices of x and the residual) is at most kBulkSliceBytes;
+// slices of x and the residual) is at most kBulkSliceBytes (cluster= forced: that
+// one, if it divides them);
 // 512 threads (cta= forced: that many; fewer where the slice has fewer vectors, at
 // least 64), one CTA per SM (minb= forced: that many share its shared memory), and
 // as many stages, up to kBulkMaxStages, as the shared memory holds beside the
 // weight's and bias's slices (RowPlan::params_smem: where they are whole 16-byte
-// chunks, two stages fit beside them and NORMKIT_PARAMS_SMEM allows; else read from
-// global memory), at least
-// two, else the plan is unchanged. Any other call unchanged. plan_rows' last step.
+// chunks, two stages (stages= forced: that many) fit beside them and
+// NORMKIT_PARAMS_SMEM allows; else read from global memory), at least two (stages=
+// forced: that many, if they fit), else the plan is unchanged. Any other call
+// unchanged. plan_rows' last step.
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

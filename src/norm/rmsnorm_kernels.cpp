@@ -24,6 +24,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_smem_sums = o.smem_sums;
   in.forced_smem_row = o.smem_row;
   in.forced_bulk_rows = o.bulk_rows;
+  in.forced_bulk_stages = o.bulk_stages;
   in.forced_weight_smem = o.weight_smem;
   in.forced_l2_next = o.l2_next;
 }

@@ -29,7 +29,8 @@ bool env_switch(const char* name, bool fallback) {
 
 PlanOverride parse_plan_override(const char* variable, const std::string& text) {
   PlanOverride o;
-  const bool backward = std::string(variable) != "NORMKIT_FORWARD_PLAN";  // cluster= is the backward's alone
+  // cluster= is the backward's, and the forward's with row=bulk; stages= the forward's with row=bulk.
+  const bool backward = std::string(variable) != "NORMKIT_FORWARD_PLAN";
   std::stringstream fields(text);
   std::string field;
   while (std::getline(fields, field, ',')) {
@@ -60,9 +61,12 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "prefetch") {
       NK_CHECK(v == 0 || v == 1, variable, ": prefetch='", value, "' is not 0 or 1");
       o.no_prefetch = v == 0;
-    } else if (key == "cluster" && backward) {
+    } else if (key == "cluster") {
       NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
       o.cluster = static_cast<int>(v);
+    } else if (key == "stages" && !backward) {
+      NK_CHECK(v >= 2 && v <= 8, variable, ": stages='", value, "' is not from 2 to 8");
+      o.bulk_stages = static_cast<int>(v);
     } else if (key == "sums" && backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": sums='", value, "' is not smem or regs");
       o.smem_sums = value == "smem";
@@ -79,9 +83,11 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2)" : ", row)");
+               backward ? ", cluster, sums, w, l2)" : ", row, and with row=bulk cluster and stages)");
     }
   }
+  NK_CHECK(backward || o.bulk_rows || (o.cluster == 0 && o.bulk_stages == 0), variable,
+           ": cluster= and stages= apply to row=bulk only (the forward's other plans choose their own cluster)");
   return o;
 }
 

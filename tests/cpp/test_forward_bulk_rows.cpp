@@ -42,6 +42,15 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
   EXPECT_FALSE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem").bulk_rows);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=ring"), normkit::Error);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk"), normkit::Error);
+  // cluster= and stages= go with row=bulk in the forward.
+  const auto shaped = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,cluster=8,stages=3");
+  EXPECT_EQ(shaped.cluster, 8);
+  EXPECT_EQ(shaped.bulk_stages, 3);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "cluster=8"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "stages=3"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=1"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=9"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "stages=3"), normkit::Error);
 }
 
 // Never without the override: no plan of the sweep's shapes takes it on its own.
@@ -102,6 +111,23 @@ TEST(RmsNormPlan, BulkRowsShape) {
   EXPECT_FALSE(p.params_smem);  // (113.5 - 2 - 64) / 32 is one stage
   EXPECT_EQ(p.bulk_stages, 3);
   EXPECT_EQ(bulk_spec(262144, bf16, bf16, false, "row=bulk,cta=256").plan.tpr, 256);
+  // cluster= and stages= forced: N=262144 over 8 CTAs (64 KB slices, (225 - 64) / 64 = 2
+  // stages with the weight), three stages (then without the weight's slice), a cluster
+  // that does not divide the row's vectors (refused), more stages than fit (refused).
+  p = bulk_spec(262144, bf16, bf16, false, "row=bulk,cluster=8").plan;
+  EXPECT_EQ(p.cluster, 8) << p.str();
+  EXPECT_EQ(p.bulk_stages, 2);
+  EXPECT_TRUE(p.params_smem);
+  p = bulk_spec(262144, bf16, bf16, false, "row=bulk,cluster=8,stages=3").plan;
+  EXPECT_EQ(p.bulk_stages, 3) << p.str();
+  EXPECT_FALSE(p.params_smem);
+  EXPECT_EQ(p.smem_bytes, 3 * 65536);
+  p = bulk_spec(262144, bf16, bf16, false, "row=bulk,stages=2").plan;
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.bulk_stages, 2);
+  EXPECT_EQ(p.smem_bytes, 2 * 32768 + 32768);
+  EXPECT_EQ(bulk_spec(20000, f32, f32, false, "row=bulk,cluster=16").plan.bulk_stages, 0);  // 5000 vectors
+  EXPECT_EQ(bulk_spec(262144, bf16, bf16, false, "row=bulk,cluster=2,stages=2").plan.bulk_stages, 0);
   // Short slices take fewer threads (at least 64): N=2048 bf16 is 256 vectors.
   EXPECT_EQ(bulk_spec(2048, bf16, bf16, false, "row=bulk").plan.tpr, 256);
   EXPECT_EQ(bulk_spec(256, bf16, bf16, false, "row=bulk").plan.tpr, 64);
@@ -163,7 +189,8 @@ TEST(RmsNormPlan, BulkRowsLayout) {
 // another dtype, with and without the statistics: no spills for sm_90a.
 TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
   int kernels = 0;
-  for (const char* override_text : {"row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024"})
+  for (const char* override_text :
+       {"row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024", "row=bulk,stages=3", "row=bulk,cluster=16"})
     for (const DType x : {bf16, f16, f32})
       for (std::int64_t n : {2048, 16384, 65536, 131072, 200000, 262144})
         for (const bool center : {false, true}) {

@@ -26,15 +26,16 @@ struct PlanOverride {
   int cta_threads = 0;       // cta=: most threads per CTA; longer rows take a cluster (sm_90+)
   int min_blocks = 0;        // minb=: CTAs per SM in __launch_bounds__ (caps the registers)
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
-  int cluster = 0;           // cluster= (backward only): register rows over a cluster of this many CTAs
+  int cluster = 0;           // cluster= (backward; forward with row=bulk): rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
   bool bulk_rows = false;    // row=bulk (forward only): the bulk-copy ring (RowPlan::bulk_stages)
+  int bulk_stages = 0;       // stages= (forward, with row=bulk): the ring's stages
   int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
-           weight_smem || l2_next || bulk_rows;
+           weight_smem || l2_next || bulk_rows || bulk_stages;
   }
 };
 
