@@ -581,7 +581,8 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in);
+  return with_bulk_backward_rows(with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in),
+                                 in);
 }
 
 }  // namespace normkit::norm::detail

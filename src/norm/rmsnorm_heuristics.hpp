@@ -66,10 +66,12 @@ struct RowPlan {
   // L2 for its slice of the next row it takes by a bulk prefetch (norm_bwd_kernel's
   // L2_NEXT), so that those loads wait on L2 rather than HBM (with_l2_next).
   bool l2_next = false;
-  // Forward rows, where NORMKIT_FORWARD_PLAN's row=bulk asks for it (with_bulk_rows;
-  // not planned on its own, not yet measured): the row's slices (x's, the residual's)
+  // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it
+  // (with_bulk_rows, with_bulk_backward_rows; not planned on their own, not yet
+  // measured): the row's slices (x's and the residual's; h's, dout's, dresidual_out's)
   // copied by cp.async.bulk into a ring of this many shared-memory stages
-  // (norm_fwd_bulk_kernel), a persistent grid, one row per CTA (cluster). 0: off.
+  // (norm_fwd_bulk_kernel, norm_bwd_bulk_kernel), a persistent grid, one row per CTA
+  // (cluster); the backward's weight slice in shared memory where weight_smem. 0: off.
   int bulk_stages = 0;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row, weight_smem's slice or the bulk ring)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
@@ -132,8 +134,8 @@ struct RowPlanInputs {
   int forced_cluster = 0;  // backward: register rows over a cluster of this many CTAs (NORMKIT_BACKWARD_PLAN); forward: row=bulk's cluster
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
-  bool forced_bulk_rows = false;  // forward: RowPlan::bulk_stages asked for (row=bulk)
-  int forced_bulk_stages = 0;     // forward, with forced_bulk_rows: that many stages (stages=)
+  bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
+  int forced_bulk_stages = 0;     // with forced_bulk_rows: that many stages (stages=)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the

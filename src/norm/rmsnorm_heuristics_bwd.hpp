@@ -81,5 +81,20 @@ RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in);
 // prefetch or the ring, or the stash), x, dout and dresidual_out of one element size
 // in 16-byte vectors.
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
+// The backward plan of norm_bwd_bulk_kernel (RowPlan::bulk_stages) where
+// in.forced_bulk_rows asks for it (NORMKIT_BACKWARD_PLAN's row=bulk) and it applies:
+// sm_90+, 16-byte vectors of h, dout of h's element size, dresidual_out of whole
+// 16-byte items. The cluster is the smallest (up to 16, dividing the row's vectors)
+// whose stage (the slices of h, dout and dresidual_out) is at most
+// kBulkBackwardStageBytes (cluster= forced: that one, if it divides them); 512 threads
+// (cta= forced: that many; fewer where the slice has fewer vectors, at least 64), as
+// long as the dw/db sums a thread keeps in registers leave it ~56 others under the
+// register cap of its CTAs per SM; one CTA per SM (minb= forced: that many share its
+// shared memory and registers); as
+// many stages, up to eight, as the shared memory holds beside the weight's slice
+// (RowPlan::weight_smem where it is whole 16-byte chunks and the stages asked for fit
+// beside it), at least two (stages= forced: that many, if they fit), else the plan is
+// unchanged. Any other call unchanged. plan_rows' last step.
+RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

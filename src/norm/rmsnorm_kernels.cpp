@@ -180,6 +180,13 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
       << device_type(s.dresidual) << ", " << flag(s.center) << ">";
     return make(family(s.center, "_bwd_synced"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
   }
+  if (s.plan.bulk_stages > 0) {
+    e << "nk::norm_bwd_bulk_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
+      << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
+      << flag(s.center) << ", " << flag(s.plan.weight_smem) << ", " << s.plan.bulk_stages << ">";
+    return make(family(s.center, "_bwd_bulk"), "normkit/norm/norm_bwd_bulk.cuh", e.str());
+  }
   if (s.plan.split) {
     e << "nk::norm_bwd_split_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "

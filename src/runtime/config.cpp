@@ -64,7 +64,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "cluster") {
       NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
       o.cluster = static_cast<int>(v);
-    } else if (key == "stages" && !backward) {
+    } else if (key == "stages") {
       NK_CHECK(v >= 2 && v <= 8, variable, ": stages='", value, "' is not from 2 to 8");
       o.bulk_stages = static_cast<int>(v);
     } else if (key == "sums" && backward) {
@@ -76,18 +76,23 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
-    } else if (key == "row" && !backward) {
+    } else if (key == "row" && backward) {
+      NK_CHECK(value == "bulk", variable, ": row='", value, "' is not bulk (smem and regs are the forward's)");
+      o.bulk_rows = true;
+    } else if (key == "row") {
       NK_CHECK(value == "smem" || value == "regs" || value == "bulk", variable, ": row='", value,
                "' is not smem, regs or bulk");
       o.bulk_rows = value == "bulk";
       if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2)" : ", row, and with row=bulk cluster and stages)");
+               backward ? ", cluster, sums, w, l2, row=bulk, and with it stages)"
+                        : ", row, and with row=bulk cluster and stages)");
     }
   }
-  NK_CHECK(backward || o.bulk_rows || (o.cluster == 0 && o.bulk_stages == 0), variable,
-           ": cluster= and stages= apply to row=bulk only (the forward's other plans choose their own cluster)");
+  NK_CHECK(o.bulk_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk only");
+  NK_CHECK(backward || o.bulk_rows || o.cluster == 0, variable,
+           ": cluster= applies to row=bulk only (the forward's other plans choose their own cluster)");
   return o;
 }
 

@@ -41,7 +41,7 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
   EXPECT_TRUE(o.any());
   EXPECT_FALSE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem").bulk_rows);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=ring"), normkit::Error);
-  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=smem"), normkit::Error);
   // cluster= and stages= go with row=bulk in the forward.
   const auto shaped = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,cluster=8,stages=3");
   EXPECT_EQ(shaped.cluster, 8);

@@ -44,12 +44,6 @@
 
 namespace nk {
 
-template <class Cfg>
-struct BwdCombineStorage {
-  // ROWS > 1 with REGS: the CTA's column sums are combined here in row order.
-  float cols[(Cfg::ROWS > 1 && Cfg::REGS) ? Cfg::SLICE_V * Cfg::VEC : 1];
-};
-
 // SMEM_SUMS: a CTA's fp32 running sums per column (dw or db) in shared memory.
 // A thread's VEC sums of vector v are kept in groups of HALF (4 floats, 16 bytes)
 // at v * HALF within their group's plane, so a warp's 16-byte accesses, 32
@@ -94,59 +88,6 @@ struct SharedColumnSums {
       for (int j = 0; j < HALF; ++j) x[g * HALF + j] = group(v, g)[j];
   }
 };
-
-// Adds the ROWS rows' per-thread sums `acc` in row order and writes the CTA's
-// partial (fp32), or the final sums when the CTA is its head's only one (T the
-// parameter's dtype, rounded once). Threads of all rows must call it (it has
-// barriers).
-// The fp32 partials (VECTOR: the workspace, 16-byte aligned and N % VEC == 0, so
-// every column(k) is VEC-aligned) go out as VEC-wide stores: one scalar store per
-// column put 32 partly written sectors in every warp store, and in decode
-// backward calls, where each CTA sees one row, those stores were most of the row
-// kernel (ncu, LayerNorm bf16 M=128 N=4096: 16.9 us, L2 50% busy, DRAM 3%).
-// dweight itself (the caller's tensor, whose alignment the plan does not check)
-// keeps scalar stores.
-template <class Cfg, bool VECTOR, int ACC_ITEMS, class T>
-__device__ __forceinline__ void write_partial(const RowThread<Cfg>& t, const float (&acc)[ACC_ITEMS][Cfg::VEC],
-                                              T* partial_row, BwdCombineStorage<Cfg>& combine) {
-  constexpr int VEC = Cfg::VEC;
-  auto store = [&](T* dst, const float (&v)[VEC]) {
-    if constexpr (VECTOR) {
-      store_vec<VEC>(dst, v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) dst[i] = from_float<T>(v[i]);
-    }
-  };
-  if constexpr (Cfg::ROWS == 1) {
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
-      store(partial_row + t.column(k), acc[k]);
-    });
-  } else {
-    for (int s = 0; s < Cfg::ROWS; ++s) {
-      if (t.sub == s) {
-        for_each_item<Cfg>([&](int k) {
-          if (!t.owns(k)) return;
-          float* c = combine.cols + t.slice_vector(k) * VEC;
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) c[i] = (s == 0 ? 0.f : c[i]) + acc[k][i];
-        });
-      }
-      __syncthreads();
-    }
-    if (t.sub == 0) {
-      for_each_item<Cfg>([&](int k) {
-        if (!t.owns(k)) return;
-        float c[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) c[i] = combine.cols[t.slice_vector(k) * VEC + i];
-        store(partial_row + t.column(k), c);
-      });
-    }
-    __syncthreads();  // combine.cols is reused by the next call
-  }
-}
 
 // The dynamic shared memory of a STASH kernel, per CTA (host: stash_bytes()):
 // SLICE_V vectors of h, then SLICE_V of dout. A thread's 16-byte vectors sit at

@@ -28,8 +28,8 @@ struct PlanOverride {
   bool no_prefetch = false;  // prefetch=0: no two-row pipeline (backward: nor the cp.async ring)
   int cluster = 0;           // cluster= (backward; forward with row=bulk): rows over a cluster of this many CTAs
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
-  bool bulk_rows = false;    // row=bulk (forward only): the bulk-copy ring (RowPlan::bulk_stages)
-  int bulk_stages = 0;       // stages= (forward, with row=bulk): the ring's stages
+  bool bulk_rows = false;    // row=bulk: the bulk-copy ring (RowPlan::bulk_stages)
+  int bulk_stages = 0;       // stages= (with row=bulk): the ring's stages
   int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's

@@ -1,0 +1,212 @@
+// Backward of RMSNorm and LayerNorm (the formulas of rmsnorm_bwd_row.cuh) with its
+// rows fed by bulk copies into a ring of shared-memory stages, as the forward's
+// norm_fwd_bulk_kernel.
+//
+// Why it is shaped this way: the register kernels' long rows (N >= 32768) stay at
+// 0.48-0.87x copy. Their CTAs hold h and dout of one row in registers beside the
+// dw/db running sums, so an SM has one row's loads in flight at most, and none
+// while the row waits for its cluster's sums or stores dx. Here one thread of each
+// CTA copies the CTA's slices of a row (h, dout, dresidual_out) with one
+// cp.async.bulk each into a stage; the registers hold only the dw/db sums (ITEMS *
+// VEC each), and the ring keeps STAGES - 1 rows loading while the CTA finishes one.
+// Both passes read the row from its stage (shared memory has the bandwidth), so a
+// stage is freed only after the second, at a CTA barrier that ends the row. The
+// weight's slice (the CTA's head's) is copied once per CTA (W_SMEM, where it is a
+// whole number of 16-byte chunks and 16-byte aligned; else read from global memory
+// per row, as the register kernels do). rstd and LayerNorm's mean of the next row
+// are loaded a row ahead, so that their latency is off each row's critical path.
+// Grid: as the register kernels' (norm_bwd_kernel): blockIdx.y is the head, each
+// cluster (`part`) walks rows part, part + parts, ... of its head, keeps its dw/db
+// sums in registers across them and writes them once as an fp32 partial [part][head]
+// (or dweight itself when it is its head's only part), which param_grad_reduce sums
+// in a fixed order: deterministic.
+#pragma once
+
+#include "normkit/common/async_copy.cuh"
+#include "normkit/common/pdl.cuh"
+#include "normkit/norm/rmsnorm_bwd_row.cuh"
+
+namespace nk {
+
+template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
+          int STAGES>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_kernel(const NormBwdParams p) {
+  constexpr int VEC = Cfg::VEC;
+  constexpr int CLUSTER = Cfg::CLUSTER;
+  static_assert(Cfg::ROWS == 1 && Cfg::REGS && Cfg::TPR > 32, "one row a CTA (cluster), at least two warps");
+  static_assert(VEC * sizeof(X) == 16 && VEC * sizeof(DY) % 16 == 0 && VEC * size_or_zero<DRO> % 16 == 0,
+                "16-byte vectors of h, whole 16-byte items of dout and dresidual_out");
+  static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
+  constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
+  constexpr bool DW = !is_none<W>;
+  constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
+  // A stage: h's slice, then dout's, then dresidual_out's (the layout's "residual" part).
+  constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), sizeof(DY) + size_or_zero<DRO>,
+                                                W_SMEM ? size_or_zero<W> : 0, 0, STAGES);
+  constexpr unsigned DY_AT = L.x_bytes;
+  constexpr unsigned DRO_AT = L.x_bytes + SLICE_ELEMS * sizeof(DY);
+  extern __shared__ __align__(128) unsigned char bulk_memory[];
+  __shared__ unsigned long long stage_full[STAGES];
+  __shared__ unsigned long long params_full;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, K> cta_storage;
+  __shared__ ClusterPushes<1, CLUSTER, K> cluster_pushes;  // CLUSTER > 1 only
+  __shared__ BwdCombineStorage<Cfg> combine;                // write_partial's (unused for one row a CTA)
+
+  wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
+  const RowThread<Cfg> t = RowThread<Cfg>::make();
+  const long long heads = p.shape.heads;
+  const long long head = blockIdx.y;
+  const long long part = blockIdx.x / CLUSTER;
+  const long long parts = gridDim.x / CLUSTER;
+  const long long rows_per_head = p.shape.rows / heads;
+  const long long head_offset = head * Cfg::N;
+  const long long slice_begin = static_cast<long long>(t.rank) * SLICE_ELEMS;
+  auto stage = [&](int s) { return bulk_memory + s * L.slice_bytes; };
+  // One thread's copies of the CTA's slices of the head's j-th row into stage s.
+  auto issue_row = [&](long long j, int s) {
+    if (j >= rows_per_head) return;
+    const long long r = head + heads * j;
+    mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
+    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
+    bulk_load(stage(s) + DY_AT, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, SLICE_ELEMS * sizeof(DY),
+              &stage_full[s]);
+    if constexpr (!is_none<DRO>)
+      bulk_load(stage(s) + DRO_AT, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
+                SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
+  };
+  const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
+  const bool w_cached = L.params_bytes > 0 && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
+  const auto* w_smem = reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(
+      bulk_memory + STAGES * L.slice_bytes);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbarrier_init(&stage_full[s], 1);
+    mbarrier_init(&params_full, 1);
+    fence_barrier_init();
+    if (w_cached) {
+      mbarrier_expect_bytes(&params_full, L.weight_bytes);
+      bulk_load(bulk_memory + STAGES * L.slice_bytes, w_global, L.weight_bytes, &params_full);
+    }
+#pragma unroll 1
+    for (int s = 0; s < STAGES; ++s) issue_row(part + s * parts, s);
+  }
+  __syncthreads();  // the stages' barriers initialized before any thread waits on them
+  unsigned step = 0;  // cluster exchanges so far (the same count in every CTA of the cluster)
+  row_sums_walk_arrive(cluster_pushes);
+  if (w_cached) mbarrier_wait(&params_full, 0);
+
+  using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
+  // xhat, g and dout of item k of the row in stage s, the weight from its shared slice
+  // when cached.
+  auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
+    const int v = t.slice_vector(k);
+    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(stage(s) + v * 16);
+    const auto dp = *reinterpret_cast<const Packed<DY, VEC>*>(stage(s) + DY_AT + v * (VEC * sizeof(DY)));
+    if (w_cached) {
+      const auto wp = w_smem[v];
+      float w[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
+      row.expand_with(w, hp, dp, xh, g, d);
+    } else {
+      row.expand(t.column(k), hp, dp, xh, g, d);
+    }
+  };
+
+  float dw_acc[DW ? Cfg::ITEMS : 1][VEC];
+  float db_acc[DBIAS ? Cfg::ITEMS : 1][VEC];
+#pragma unroll
+  for (int k = 0; k < (DW ? Cfg::ITEMS : 1); ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dw_acc[k][i] = 0.f;
+#pragma unroll
+  for (int k = 0; k < (DBIAS ? Cfg::ITEMS : 1); ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) db_acc[k][i] = 0.f;
+
+  // The row's statistics, loaded a row ahead.
+  auto stats_of = [&](long long j, float& rstd, float& mean) {
+    if (j >= rows_per_head) return;
+    const long long r = head + heads * j;
+    rstd = p.rstd[r];
+    if constexpr (CENTER) mean = p.mean[r];
+  };
+  float rstd_next = 0.f, mean_next = 0.f;
+  stats_of(part, rstd_next, mean_next);
+  unsigned cta_sums = 0;
+  int s = 0;           // the stage of this CTA's i-th row: i % STAGES
+  unsigned phase = 0;  // (i / STAGES) % 2, the parity of that stage's use
+  for (long long j = part; j < rows_per_head; j += parts) {
+    const long long r = head + heads * j;
+    const float rstd = rstd_next, mean = mean_next;
+    stats_of(j + parts, rstd_next, mean_next);
+    const Row row = Row::make(p, r, head_offset, rstd, mean);
+    mbarrier_wait(&stage_full[s], phase);
+    // Pass 1: the row's sums, and the columns' dw/db.
+    DotAccumulator<CENTER> dot;
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      float xh[VEC], g[VEC], d[VEC];
+      expand_item(row, s, k, xh, g, d);
+      dot.add(xh, g);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if constexpr (DW) dw_acc[k][i] += d[i] * xh[i];
+        if constexpr (DBIAS) db_acc[k][i] += d[i];
+      }
+    });
+    float sums[K];
+    sums[0] = dot.gx;
+    if constexpr (CENTER) sums[K - 1] = dot.g;
+#pragma unroll
+    for (int q = 0; q < K; ++q) sums[q] = group_sum<32>(sums[q]);
+    warp_partials_sum(sums, 0, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+    if constexpr (CLUSTER > 1) {
+      if (step == 0) row_sums_walk_ready<CLUSTER>();
+      cluster_push_partials(sums, 0, t.lane, cluster_pushes, step);
+      cluster_await_partials(cluster_pushes, step);
+      const float (&pushed)[CLUSTER][K] = cluster_pushes.pushed[step++ & 1u][0];
+#pragma unroll
+      for (int q = 0; q < K; ++q) {
+        sums[q] = 0.f;
+#pragma unroll
+        for (int c = 0; c < CLUSTER; ++c) sums[q] += pushed[c][q];
+      }
+    }
+    RowDots means;
+    means.gx_mean = sums[0] / static_cast<float>(Cfg::N);
+    means.g_mean = CENTER ? sums[K - 1] / static_cast<float>(Cfg::N) : 0.f;
+    // Pass 2: dx (and dresidual) from the stage again.
+    for_each_item<Cfg>([&](int k) {
+      if (!t.owns(k)) return;
+      float xh[VEC], g[VEC], d[VEC];
+      expand_item(row, s, k, xh, g, d);
+      typename Row::DroPacked dro{};
+      if constexpr (!is_none<DRO>)
+        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT +
+                                                                t.slice_vector(k) * (VEC * size_or_zero<DRO>));
+      row.store_dx(t.column(k), xh, g, means, dro);
+    });
+    __syncthreads();  // every thread's reads of stage s are done: it takes the row STAGES rows on
+    if (threadIdx.x == 0) issue_row(j + STAGES * parts, s);
+    if (++s == STAGES) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+  if constexpr (DW) {
+    if (p.dweight_final != nullptr) {
+      write_partial<Cfg, false>(t, dw_acc, static_cast<W*>(p.dweight_final) + head_offset, combine);
+    } else {
+      write_partial<Cfg, true>(t, dw_acc, p.dweight_partial + (part * heads + head) * Cfg::N, combine);
+    }
+  }
+  if constexpr (DBIAS) write_partial<Cfg, true>(t, db_acc, p.dbias_partial + (part * heads + head) * Cfg::N, combine);
+  // A cluster that had no row still waits once on the barrier it arrived at.
+  if constexpr (CLUSTER > 1) {
+    if (step == 0) row_sums_walk_ready<CLUSTER>();
+  }
+}
+
+}  // namespace nk

@@ -1,0 +1,152 @@
+// NORMKIT_BACKWARD_PLAN's row=bulk (RowPlan::bulk_stages in the backward,
+// norm_bwd_bulk_kernel, with_bulk_backward_rows in rmsnorm_heuristics_bwd.cpp): the
+// override's parsing, which calls take it, the cluster, threads, stages, weight slice
+// and shared memory it asks for, where it cannot apply, and its kernels compiled
+// without spills for sm_90a (NVRTC).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "kernel_sweep_fixture.hpp"
+#include "normkit/norm/params.cuh"
+#include "normkit/runtime/config.hpp"
+#include "normkit/runtime/error.hpp"
+#include "rmsnorm_test_specs.hpp"
+
+using namespace rmsnorm_test;
+namespace rt = normkit::rt;
+
+namespace {
+
+// RMSNorm (dw) or LayerNorm (dw and db) with a weight of `w`, dresidual_out in x's
+// dtype where `dro`, planned for sm_90 (or `arch`) under NORMKIT_BACKWARD_PLAN.
+RmsBwdSpec bulk_bwd(std::int64_t n, DType x, DType w, bool center, bool dro, const std::string& override_text,
+                    int arch = 90) {
+  RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro);
+  b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override_text);
+  b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
+  return b;
+}
+
+}  // namespace
+
+TEST(RmsNormPlan, BackwardBulkRowsOverrideParses) {
+  const auto o = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,stages=3,cluster=8");
+  EXPECT_TRUE(o.bulk_rows);
+  EXPECT_EQ(o.bulk_stages, 3);
+  EXPECT_EQ(o.cluster, 8);
+  EXPECT_TRUE(o.any());
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=smem"), normkit::Error);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "stages=3"), normkit::Error);
+  // cluster= alone keeps its backward meaning (register rows over a cluster).
+  EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "cluster=4").cluster, 4);
+}
+
+// Never without the override.
+TEST(RmsNormPlan, BackwardBulkRowsOnlyWhenAsked) {
+  for (const DType x : {bf16, f32})
+    for (std::int64_t n : {256, 4096, 16384, 32768, 65536, 131072, 262144})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "").plan.bulk_stages, 0) << n;
+}
+
+TEST(RmsNormPlan, BackwardBulkRowsShape) {
+  // bf16 N=262144: h and dout 64 KB a CTA over 16 CTAs; the weight's 32 KB slice beside
+  // (227 - 2 - 32) / 64 = 3 stages; 512 threads, four vectors each, 32 dw sums.
+  RowPlan p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk").plan;
+  EXPECT_EQ(p.bulk_stages, 3) << p.str();
+  EXPECT_EQ(p.cluster, 16);
+  EXPECT_EQ(p.tpr, 512);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_TRUE(p.weight_smem);
+  EXPECT_TRUE(p.row_sums && p.regs);
+  EXPECT_FALSE(p.prefetch || p.stash || p.split || p.smem_sums || p.async_rows || p.l2_next);
+  EXPECT_EQ(p.smem_bytes, 3 * 65536 + 32768);
+  // With dresidual_out: 96 KB stages, two, the weight beside them.
+  p = bulk_bwd(262144, bf16, bf16, true, true, "row=bulk").plan;
+  EXPECT_EQ(p.bulk_stages, 2) << p.str();
+  EXPECT_TRUE(p.weight_smem);
+  EXPECT_EQ(p.smem_bytes, 2 * 98304 + 32768);
+  // N=65536 over 4 CTAs; fp32 N=65536 (64 KB stages) over 8.
+  EXPECT_EQ(bulk_bwd(65536, bf16, bf16, false, false, "row=bulk").plan.cluster, 4);
+  EXPECT_EQ(bulk_bwd(65536, f32, f32, true, false, "row=bulk").plan.cluster, 8);
+  // stages= and cluster=: more stages than fit beside the weight leave it in global memory.
+  p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=3").plan;
+  EXPECT_TRUE(p.weight_smem) << p.str();
+  EXPECT_EQ(bulk_bwd(131072, bf16, bf16, false, false, "row=bulk,stages=2").plan.bulk_stages, 2);
+  p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,cluster=16,stages=2").plan;
+  EXPECT_EQ(p.bulk_stages, 2);
+  EXPECT_EQ(p.smem_bytes, 2 * 65536 + 32768);
+  // A bf16 weight with fp32 h: 4 vectors of 8 bytes; whole chunks over a slice of
+  // 16384 elements (fp32 N=262144 over 16, 128 KB stages: one stage, refused).
+  EXPECT_EQ(bulk_bwd(262144, f32, f32, false, false, "row=bulk").plan.bulk_stages, 0);
+  p = bulk_bwd(131072, f32, bf16, false, false, "row=bulk").plan;
+  EXPECT_EQ(p.cluster, 16) << p.str();
+  EXPECT_TRUE(p.weight_smem);
+}
+
+TEST(RmsNormPlan, BackwardBulkRowsNotWhereItCannotApply) {
+  auto refused = [](const RmsBwdSpec& b, const char* why) {
+    EXPECT_EQ(b.plan.bulk_stages, 0) << why << ": " << b.plan.str();
+  };
+  refused(bulk_bwd(65536, bf16, bf16, false, false, "row=bulk", 80), "sm_80");
+  refused(bulk_bwd(4097, bf16, bf16, false, false, "row=bulk"), "odd N");
+  RmsBwdSpec mixed = norm_bwd_spec(65536, f32, f32, false, false);
+  mixed.dout = bf16;  // dout narrower than h
+  mixed.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk");
+  mixed.plan = plan_bwd(mixed, 4, 90);
+  refused(mixed, "dout of another size");
+  // The sums beside ~56 other registers under the cap: 1024 threads (64 registers) keep
+  // 8 floats, so fp32 N=65536 over 8 CTAs of two vectors a thread (RMSNorm's dw alone)
+  // and not bf16 N=262144 (2 x 8 floats); 128 threads of LayerNorm bf16 N=65536 over 4
+  // CTAs hold 16 vectors, 2 x 128 sums, beyond 255 registers.
+  EXPECT_EQ(bulk_bwd(65536, f32, f32, false, false, "row=bulk,cta=1024").plan.bulk_stages, 3);
+  refused(bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,cta=1024"), "16 sums at 64 registers");
+  refused(bulk_bwd(65536, bf16, bf16, true, false, "row=bulk,cta=128"), "sums beyond registers");
+  refused(bulk_bwd(262144, bf16, bf16, true, false, "row=bulk,minb=2"), "64 sums at 64 registers");
+  refused(bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=5"), "five stages do not fit");
+  refused(bulk_bwd(20000, f32, f32, false, false, "row=bulk,cluster=16"), "5000 vectors over 16");
+}
+
+// The GPU test's shapes (tests/python/test_backward_bulk_rows_gpu.py) take it.
+TEST(RmsNormPlan, BackwardBulkRowsPlansTheGpuTestShapes) {
+  for (const char* override_text : {"row=bulk", "row=bulk,cta=256", "row=bulk,stages=2"})
+    for (const auto& [n, x, w] : {std::tuple{262144, bf16, bf16}, std::tuple{65536, f32, f32},
+                                  std::tuple{65536, bf16, f32}, std::tuple{20000, f32, f32},
+                                  std::tuple{4096, bf16, bf16}, std::tuple{2048, bf16, bf16}})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) {
+          const RowPlan p = bulk_bwd(n, x, w, center, dro, override_text).plan;
+          EXPECT_GE(p.bulk_stages, 2) << override_text << " n=" << n << " center=" << center << " dro=" << dro
+                                      << " " << p.str();
+        }
+}
+
+TEST_F(RmsNormKernelSweep, BackwardBulkRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const char* override_text :
+       {"row=bulk", "row=bulk,cta=1024", "row=bulk,cta=256", "row=bulk,stages=2", "row=bulk,minb=2"})
+    for (const auto& [n, x, w] : {std::tuple{262144, bf16, bf16}, std::tuple{131072, bf16, f32},
+                                  std::tuple{65536, f32, f32}, std::tuple{65536, f16, f16},
+                                  std::tuple{20000, f32, f32}, std::tuple{4096, bf16, bf16}})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) {
+          const RmsBwdSpec b = bulk_bwd(n, x, w, center, dro, override_text);
+          if (b.plan.bulk_stages == 0) continue;
+          kernels += expect_bwd_clean(b, "sm_90a");
+        }
+  // Without a weight (RMSNorm: no dw, nothing to reduce), and with a separate dresidual.
+  RmsBwdSpec plain = bulk_bwd(131072, bf16, bf16, false, false, "row=bulk");
+  plain.weight.reset();
+  plain.plan = plan_bwd(plain, 8, 90);
+  ASSERT_GT(plain.plan.bulk_stages, 0) << plain.plan.str();
+  kernels += expect_bwd_clean(plain, "sm_90a");
+  RmsBwdSpec dres = norm_bwd_spec(65536, bf16, bf16, true, true, true);
+  dres.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk");
+  dres.plan = plan_bwd(dres, 8, 90);
+  ASSERT_GT(dres.plan.bulk_stages, 0) << dres.plan.str();
+  kernels += expect_bwd_clean(dres, "sm_90a");
+  EXPECT_GE(kernels, 60);
+}

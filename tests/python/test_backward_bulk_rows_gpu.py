@@ -1,0 +1,72 @@
+"""NORMKIT_BACKWARD_PLAN's row=bulk on the GPU: backward rows whose CTA slices of h,
+dout and dresidual_out arrive by cp.async.bulk in a ring of shared-memory stages
+(norm_bwd_bulk_kernel, RowPlan::bulk_stages) give dx, dw, db and dresidual within the
+tolerance of the float64 reference through autograd: RMSNorm and LayerNorm, over
+clusters of 1 to 16 CTAs, slices that leave threads without a last vector (fp32
+N=20000), weights of x's dtype and fp32 beside bf16 rows, with dresidual_out (prenorm),
+256-thread CTAs and two stages, enough rows that each CTA walks its ring round several
+times (and a row count that leaves the last CTAs a row short), per-head weights; the
+same bits run to run. Which shapes the override plans this way is
+tests/cpp/test_backward_bulk_rows.cpp's (BackwardBulkRowsPlansTheGpuTestShapes).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
+
+from normkit.torch import layernorm, rmsnorm  # noqa: E402
+from test_backward_weight_smem_gpu import backward_per_head_check_under_plan  # noqa: E402
+from test_layernorm_gpu import ln_check  # noqa: E402
+from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
+    BF16, FP32, _seed, fwd_bwd_check, plan_switch, pytestmark, rand)
+
+# (x dtype, weight dtype, M, N): clusters of 16, 8, 4 (fp32 weight beside bf16), an
+# uneven slice (fp32 N=20000 over 4 CTAs: 1250 vectors), one CTA (N=4096).
+SHAPES = [
+    pytest.param(BF16, BF16, 97, 262144, id="bf16-N262144"),
+    pytest.param(FP32, FP32, 203, 65536, id="fp32-N65536"),
+    pytest.param(BF16, FP32, 203, 65536, id="bf16-wfp32-N65536"),
+    pytest.param(FP32, FP32, 601, 20000, id="fp32-N20000"),
+    pytest.param(BF16, BF16, 3001, 4096, id="bf16-N4096"),
+]
+
+
+def _grads(op, x, w, b, r, prenorm):
+    for t in (x, w, b, r):
+        if t is not None:
+            t.grad = None
+    if op == "rmsnorm":
+        result = rmsnorm(x, w, residual=r, prenorm=prenorm)
+    else:
+        result = layernorm(x, w, b, r, prenorm=prenorm)
+    out, res_out = result if prenorm else (result, None)
+    loss = (out.float() * torch.linspace(-1, 1, out.shape[-1], device=out.device)).sum()
+    if res_out is not None:
+        loss = loss + res_out.float().sum() * 0.5
+    loss.backward()
+    return [t.grad.clone() for t in (x, w, b, r) if t is not None]
+
+
+@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,cta=256", "row=bulk,stages=2"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "dresidual_out"])
+@pytest.mark.parametrize("xdt,wdt,m,n", SHAPES)
+def test_backward_bulk_rows(override, op, with_res, xdt, wdt, m, n):
+    x = rand((m, n), xdt).requires_grad_()
+    r = rand((m, n), xdt).requires_grad_() if with_res else None
+    w = rand((n,), wdt).requires_grad_()
+    b = rand((n,), wdt).requires_grad_() if op == "layernorm" else None
+    with plan_switch("NORMKIT_BACKWARD_PLAN", override):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res, label=override)
+        else:
+            ln_check(layernorm, x, w, b, r, prenorm=with_res, label=override)
+        first = _grads(op, x, w, b, r, with_res)
+        again = _grads(op, x, w, b, r, with_res)
+    for i, (a, c) in enumerate(zip(first, again)):
+        assert torch.equal(a, c), f"{override}: gradient {i} of a second backward differs (bitwise)"
+
+
+def test_backward_bulk_rows_per_head():
+    # One head a CTA row (blockIdx.y), each head's weight slice its own.
+    backward_per_head_check_under_plan(601, "row=bulk")
