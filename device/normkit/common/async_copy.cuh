@@ -87,14 +87,26 @@ __device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_s
 
 // Waits for the completion of the barrier's phase of parity `parity` (0 for its
 // first phase, then alternating); its bytes are then visible to the waiting thread.
+// A phase that has not completed after kBulkWaitLimitNs traps (the kernel fails with
+// an error) instead of spinning for ever: a copy that never lands is a bug (an
+// address or size the host should have refused), and a hang would hold the GPU.
+constexpr unsigned long long kBulkWaitLimitNs = 10ull * 1000 * 1000 * 1000;
 __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  unsigned long long since = 0;
   for (;;) {
     unsigned done;
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                  : "=r"(done) : "r"(addr), "r"(parity) : "memory");
     if (done) break;
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (since == 0) {
+      since = now;
+    } else if (now - since > kBulkWaitLimitNs) {
+      __trap();
+    }
   }
 #else
   __trap();
