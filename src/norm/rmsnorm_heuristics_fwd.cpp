@@ -226,8 +226,13 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
   while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
   const std::int64_t items = (slice_v + threads - 1) / threads;
-  if (threads < 64 || items > 16) return planned;  // the cluster exchange needs two warps; registers
   const int blocks = in.forced_min_blocks ? in.forced_min_blocks : 1;
+  // The row a thread holds raw (ITEMS vectors of x and the residual) beside ~40
+  // registers of the rest, under the cap threads * blocks leave: ptxas sm_90a spilled
+  // 128 bytes at 64 registers with 28 (LayerNorm fp32 N=200000 under minb=2).
+  const std::int64_t register_cap = std::min<std::int64_t>(255, 65536 / (std::int64_t{threads} * blocks));
+  const std::int64_t raw_registers = items * vec * (in.x_bytes + r_bytes) / 4;
+  if (threads < 64 || raw_registers > register_cap - 40) return planned;  // two warps for the cluster exchange
   const std::int64_t budget = kSmemPerSm / blocks - kSmemPerCta;
   // The parameters' slices in shared memory where two stages still fit beside them.
   auto stages_with = [&](bool params_smem) {

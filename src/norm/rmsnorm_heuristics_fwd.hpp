@@ -35,7 +35,8 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 // slices of x and the residual) is at most kBulkSliceBytes (cluster= forced: that
 // one, if it divides them);
 // 512 threads (cta= forced: that many; fewer where the slice has fewer vectors, at
-// least 64), one CTA per SM (minb= forced: that many share its shared memory), and
+// least 64) as long as the row's registers leave ~40 others under the cap of its CTAs
+// per SM, one CTA per SM (minb= forced: that many share its shared memory), and
 // as many stages, up to kBulkMaxStages, as the shared memory holds beside the
 // weight's and bias's slices (RowPlan::params_smem: where they are whole 16-byte
 // chunks, two stages (stages= forced: that many) fit beside them and

@@ -252,9 +252,10 @@ TEST(RmsNormPlan, BulkRowsPlansTheGpuTestShapes) {
       for (const bool center : {false, true}) {
         const std::string what = std::string(override_text) + " n=" + std::to_string(s.n);
         const RowPlan p = bulk_spec(s.n, s.x, s.w, center, override_text).plan;
-        // fp32 N=262144's 64 KB slices leave no two stages for two CTAs an SM: the
-        // Python test leaves that pairing out.
-        if (std::string(override_text) == "row=bulk,minb=2" && s.x == f32 && s.n == 262144) {
+        // fp32 N=262144's 64 KB slices leave no two stages for two CTAs an SM, and N=200000's
+        // seven vectors a thread are more registers than two CTAs an SM leave: the Python
+        // test leaves those pairings out.
+        if (std::string(override_text) == "row=bulk,minb=2" && (s.x == f32 ? s.n == 262144 : s.n == 200000)) {
           EXPECT_EQ(p.bulk_stages, 0) << what;
           continue;
         }

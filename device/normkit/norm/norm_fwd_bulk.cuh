@@ -39,7 +39,7 @@ namespace nk {
 
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
           bool PARAMS_SMEM, int STAGES>
-__global__ void __launch_bounds__(Cfg::THREADS, 1) norm_fwd_bulk_kernel(const NormFwdParams p) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int CLUSTER = Cfg::CLUSTER;
   static_assert(Cfg::ROWS == 1 && Cfg::REGS && Cfg::TPR > 32, "one row a CTA (cluster), at least two warps");
