@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace normkit::norm::detail {
@@ -162,6 +163,37 @@ inline std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {
 }
 
 RowPlan plan_rows(const RowPlanInputs& in);
+
+// The shape both bulk rings (with_bulk_rows, with_bulk_backward_rows) give a row of nv
+// 16-byte vectors whose stage takes stage_per_vector bytes a vector: the smallest
+// cluster (up to 16, dividing nv) whose stage is at most target_bytes, or the forced
+// one; 512 threads, or the forced count, halved while the slice has as few vectors;
+// one CTA per SM or the forced count; the registers a thread may use under that.
+// Nothing where the forced cluster does not divide nv or the CTA is under two warps.
+struct BulkRingShape {
+  int cluster = 1;
+  int threads = 512;
+  int blocks = 1;
+  std::int64_t slice_v = 0;       // the CTA's 16-byte vectors of the row
+  std::int64_t items = 0;         // a thread's vectors
+  std::int64_t register_cap = 0;  // registers a thread, threads * blocks to an SM
+};
+std::optional<BulkRingShape> bulk_ring_shape(const RowPlanInputs& in, std::int64_t nv,
+                                             std::int64_t stage_per_vector, std::int64_t target_bytes);
+
+// The stages a bulk ring takes: as many as the SM's shared memory (shared by the
+// shape's blocks) holds, up to max_stages, beside the parameters' slices
+// (params_bytes; in shared memory where `params_allowed` and the stages asked for
+// still fit), or the forced count where it fits; 0 below two (or the forced count).
+struct BulkRingStages {
+  int stages = 0;
+  bool params_smem = false;
+};
+BulkRingStages bulk_ring_stages(const RowPlanInputs& in, const BulkRingShape& shape, std::int64_t stage_bytes,
+                                std::int64_t params_bytes, bool params_allowed, int max_stages);
+// A bulk ring's plan of that shape and stage count (one row a CTA, 16-byte vectors);
+// the caller adds its shared memory and what else its kernel takes.
+RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages);
 
 // The plan for a device with `sm_count` SMs: a synced split plan needs all of a
 // row's chunks resident at once (min_blocks CTAs per SM are guaranteed); with

@@ -508,52 +508,26 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
       in.dout_bytes != in.x_bytes || in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * dro_bytes % 16 != 0)
     return planned;
   const int vec = 16 / in.x_bytes;
-  const std::int64_t nv = in.n / vec;
   const int rest_bytes = in.dout_bytes + dro_bytes;  // the stage's part after h's slice
-  const std::int64_t stage_per_vector = std::int64_t{vec} * (in.x_bytes + rest_bytes);
-  int cluster = 1;
-  while (cluster < 16 && nv * stage_per_vector / cluster > kBulkBackwardStageBytes && nv % (2 * cluster) == 0)
-    cluster *= 2;
-  if (in.forced_cluster) cluster = in.forced_cluster;
-  if (nv % cluster != 0) return planned;  // slices of equal length only
-  const std::int64_t slice_v = nv / cluster;
-  int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
-  while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
-  const std::int64_t items = (slice_v + threads - 1) / threads;
-  const int blocks = in.forced_min_blocks ? in.forced_min_blocks : 1;
+  const std::optional<BulkRingShape> shape =
+      bulk_ring_shape(in, in.n / vec, std::int64_t{vec} * (in.x_bytes + rest_bytes), kBulkBackwardStageBytes);
+  if (!shape) return planned;
   // The dw/db sums a thread keeps (ITEMS * VEC floats each) beside ~56 registers of
   // the rest, under the cap threads * blocks leave: ptxas sm_90a spilled 8-336 bytes
   // at 64 registers with 16 floats of sums or more (1024 threads, or minb=2 at 512).
   const std::int64_t sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
-  const std::int64_t register_cap = std::min<std::int64_t>(255, 65536 / (std::int64_t{threads} * blocks));
-  if (threads < 64 || items > 16 || items * vec * sums > register_cap - 56) return planned;
-  const std::int64_t budget = kSmemPerSm / blocks - kSmemPerCta;
-  auto stages_with = [&](bool w_smem) {
-    const nk::BulkRowsLayout one = nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, rest_bytes,
-                                                        w_smem ? in.weight_bytes : 0, 0, 1);
-    return std::min<std::int64_t>(kBulkBackwardMaxStages,
-                                  (budget - one.params_bytes) / static_cast<std::int64_t>(one.slice_bytes));
-  };
-  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : 2;
-  const bool w_smem = in.weight_bytes > 0 &&
-                      nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, rest_bytes, in.weight_bytes, 0, 1)
-                              .params_bytes > 0 &&
-                      stages_with(true) >= wanted;
-  const std::int64_t fitting = stages_with(w_smem);
-  if (fitting < wanted) return planned;
-  RowPlan p;
-  p.vec = vec;
-  p.tpr = threads;
-  p.rows = 1;
-  p.cluster = cluster;
-  p.regs = true;
-  p.row_sums = true;
-  p.bulk_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : fitting);
-  p.weight_smem = w_smem;
-  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, rest_bytes,
-                                                       w_smem ? in.weight_bytes : 0, 0, p.bulk_stages)
-                                       .total_bytes);
-  p.min_blocks = blocks;
+  if (shape->items > 16 || shape->items * vec * sums > shape->register_cap - 56) return planned;
+  const int slice_v = static_cast<int>(shape->slice_v);
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes, in.weight_bytes, 0, 1);
+  const BulkRingStages stages =
+      bulk_ring_stages(in, *shape, one.slice_bytes, one.params_bytes, true, kBulkBackwardMaxStages);
+  if (stages.stages == 0) return planned;
+  RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
+  p.row_sums = true;  // the kernel sums dw/db itself
+  p.weight_smem = stages.params_smem;
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes,
+                                                       p.weight_smem ? in.weight_bytes : 0, 0, p.bulk_stages)
+                                      .total_bytes);
   return p;
 }
 

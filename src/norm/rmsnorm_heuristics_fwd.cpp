@@ -210,59 +210,73 @@ constexpr std::int64_t kBulkSliceBytes = 32 * 1024;
 constexpr int kBulkMaxStages = 8;
 }  // namespace
 
+std::optional<BulkRingShape> bulk_ring_shape(const RowPlanInputs& in, std::int64_t nv,
+                                             std::int64_t stage_per_vector, std::int64_t target_bytes) {
+  BulkRingShape shape;
+  while (shape.cluster < 16 && nv * stage_per_vector / shape.cluster > target_bytes && nv % (2 * shape.cluster) == 0)
+    shape.cluster *= 2;
+  if (in.forced_cluster) shape.cluster = in.forced_cluster;
+  if (nv % shape.cluster != 0) return std::nullopt;  // slices of equal length only
+  shape.slice_v = nv / shape.cluster;
+  if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;
+  while (shape.threads > 64 && shape.threads / 2 >= shape.slice_v) shape.threads /= 2;
+  if (shape.threads < 64) return std::nullopt;  // the cluster exchange relies on the warps' CTA barrier
+  shape.items = (shape.slice_v + shape.threads - 1) / shape.threads;
+  if (in.forced_min_blocks) shape.blocks = in.forced_min_blocks;
+  shape.register_cap = std::min<std::int64_t>(255, 65536 / (std::int64_t{shape.threads} * shape.blocks));
+  return shape;
+}
+
+BulkRingStages bulk_ring_stages(const RowPlanInputs& in, const BulkRingShape& shape, std::int64_t stage_bytes,
+                                std::int64_t params_bytes, bool params_allowed, int max_stages) {
+  const std::int64_t budget = kSmemPerSm / shape.blocks - kSmemPerCta;
+  auto fitting = [&](bool params_smem) {
+    return std::min<std::int64_t>(max_stages, (budget - (params_smem ? params_bytes : 0)) / stage_bytes);
+  };
+  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : 2;
+  BulkRingStages out;
+  out.params_smem = params_allowed && params_bytes > 0 && fitting(true) >= wanted;
+  const std::int64_t stages = fitting(out.params_smem);
+  if (stages >= wanted) out.stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : stages);
+  return out;
+}
+
+RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
+  RowPlan p;
+  p.vec = vec;
+  p.tpr = shape.threads;
+  p.rows = 1;
+  p.cluster = shape.cluster;
+  p.regs = true;
+  p.bulk_stages = stages;
+  p.min_blocks = shape.blocks;
+  return p;
+}
+
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int r_bytes = in.residual ? in.residual_bytes : 0;
   if (!in.forced_bulk_rows || in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
       in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * r_bytes % 16 != 0)
     return planned;
   const int vec = 16 / in.x_bytes;
-  const std::int64_t nv = in.n / vec;
-  const std::int64_t stage_per_vector = vec * (in.x_bytes + r_bytes);  // bytes of x and the residual
-  int cluster = 1;
-  while (cluster < 16 && nv * stage_per_vector / cluster > kBulkSliceBytes && nv % (2 * cluster) == 0) cluster *= 2;
-  if (in.forced_cluster) cluster = in.forced_cluster;
-  if (nv % cluster != 0) return planned;  // slices of equal length only
-  const std::int64_t slice_v = nv / cluster;
-  int threads = in.forced_cta_threads ? in.forced_cta_threads : 512;
-  while (threads > 64 && threads / 2 >= slice_v) threads /= 2;
-  const std::int64_t items = (slice_v + threads - 1) / threads;
-  const int blocks = in.forced_min_blocks ? in.forced_min_blocks : 1;
+  const std::optional<BulkRingShape> shape =
+      bulk_ring_shape(in, in.n / vec, std::int64_t{vec} * (in.x_bytes + r_bytes), kBulkSliceBytes);
+  if (!shape) return planned;
   // The row a thread holds raw (ITEMS vectors of x and the residual) beside ~40
   // registers of the rest, under the cap threads * blocks leave: ptxas sm_90a spilled
   // 128 bytes at 64 registers with 28 (LayerNorm fp32 N=200000 under minb=2).
-  const std::int64_t register_cap = std::min<std::int64_t>(255, 65536 / (std::int64_t{threads} * blocks));
-  const std::int64_t raw_registers = items * vec * (in.x_bytes + r_bytes) / 4;
-  if (threads < 64 || raw_registers > register_cap - 40) return planned;  // two warps for the cluster exchange
-  const std::int64_t budget = kSmemPerSm / blocks - kSmemPerCta;
-  // The parameters' slices in shared memory where two stages still fit beside them.
-  auto stages_with = [&](bool params_smem) {
-    const nk::BulkRowsLayout one = nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
-                                                        params_smem ? in.weight_bytes : 0,
-                                                        params_smem && in.bias ? in.bias_bytes : 0, 1);
-    return std::min<std::int64_t>(kBulkMaxStages,
-                                  (budget - one.params_bytes) / static_cast<std::int64_t>(one.slice_bytes));
-  };
-  // stages= forced: that many, where they fit (with the parameters' slices if they fit too).
-  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : 2;
-  const bool params_smem = in.params_smem_allowed && stages_with(true) >= wanted;
-  const std::int64_t fitting = stages_with(params_smem);
-  if (fitting < wanted) return planned;
-  const std::int64_t stages = in.forced_bulk_stages ? in.forced_bulk_stages : fitting;
-  RowPlan p;
-  p.vec = vec;
-  p.tpr = threads;
-  p.rows = 1;
-  p.cluster = cluster;
-  p.regs = true;
-  p.bulk_stages = static_cast<int>(stages);
-  p.params_smem = params_smem && nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
-                                                      in.weight_bytes, in.bias ? in.bias_bytes : 0, 1)
-                                         .params_bytes > 0;
-  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(static_cast<int>(slice_v), vec, in.x_bytes, r_bytes,
-                                                       p.params_smem ? in.weight_bytes : 0,
-                                                       p.params_smem && in.bias ? in.bias_bytes : 0, p.bulk_stages)
-                                       .total_bytes);
-  p.min_blocks = blocks;
+  if (shape->items * vec * (in.x_bytes + r_bytes) / 4 > shape->register_cap - 40) return planned;
+  const int slice_v = static_cast<int>(shape->slice_v);
+  const int b_bytes = in.bias ? in.bias_bytes : 0;
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_v, vec, in.x_bytes, r_bytes, in.weight_bytes, b_bytes, 1);
+  const BulkRingStages stages =
+      bulk_ring_stages(in, *shape, one.slice_bytes, one.params_bytes, in.params_smem_allowed, kBulkMaxStages);
+  if (stages.stages == 0) return planned;
+  RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
+  p.params_smem = stages.params_smem;
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_v, vec, in.x_bytes, r_bytes, p.params_smem ? in.weight_bytes : 0,
+                                                       p.params_smem ? b_bytes : 0, p.bulk_stages)
+                                      .total_bytes);
   return p;
 }
 

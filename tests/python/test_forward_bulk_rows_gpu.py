@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the GPU tests drive CUDA memory through PyTorch")
 
 from normkit.torch import layernorm_fwd, rmsnorm_fwd  # noqa: E402
+from test_forward_smem_row_gpu import forward_check  # noqa: E402
 from test_layernorm_gpu import _fused, _fused_ref, ln_ref_forward  # noqa: E402
 from test_rmsnorm_gpu import (  # noqa: E402,F401  (fixtures are used by name)
     BF16, FP16, FP32, EPS, _seed, check, check_exact, plan_switch, poison_next_allocations, pytestmark, rand,
@@ -127,16 +128,7 @@ def test_forward_bulk_rows_residual(override, op, xdt, rdt, m, n):
     x, r = rand((m, n), xdt), rand((m, n), rdt)
     w, b = rand((n,), xdt), rand((n,), xdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", override):
-        poison_next_allocations(((m, n), xdt), ((m, n), rdt), ((m,), FP32), ((m,), FP32))
-        if op == "rmsnorm":
-            y, h, _, rstd_ref = ref_forward(x, w, residual=r)
-            out, res_out, rstd = rmsnorm_fwd(x, w, residual=r, eps=EPS, store_rstd=True)
-        else:
-            y, h, _, _, rstd_ref = ln_ref_forward(x, w, b, residual=r)
-            out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
-    check(f"{override} {op}: out", out, y)
-    check(f"{override} {op}: rstd", rstd, rstd_ref)
-    check_exact(f"{override} {op}: residual_out", res_out, h)
+        forward_check(f"{override} {op}", op, x, w, b, r)
 
 
 @pytest.mark.parametrize("kind", ["rms", "ln"])

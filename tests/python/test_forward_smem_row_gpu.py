@@ -32,17 +32,25 @@ def test_forward_smem_row(override, op, with_res, xdt, m, n):
     r = rand((m, n), xdt) if with_res else None
     w, b = rand((n,), xdt), rand((n,), xdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", override):
-        poison_next_allocations(((m, n), xdt), ((m, n), xdt), ((m,), FP32), ((m,), FP32))
-        if op == "rmsnorm":
-            y, h, _, rstd_ref = ref_forward(x, w, residual=r)
-            out, res_out, rstd = rmsnorm_fwd(x, w, residual=r, eps=EPS, store_rstd=True)
-        else:
-            y, h, _, _, rstd_ref = ln_ref_forward(x, w, b, residual=r)
-            out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
-    check(f"{override}: out", out, y)
-    check(f"{override}: rstd", rstd, rstd_ref)
-    if with_res:
-        check_exact(f"{override}: residual_out", res_out, h)
+        forward_check(override, op, x, w, b, r)
+
+
+def forward_check(label, op, x, w, b, r):
+    """op's forward of x (+ r) with weight w (and LayerNorm's bias b), storing the
+    statistics, outputs poisoned first: out and rstd against the float64 reference,
+    residual_out bit-exact where there is a residual."""
+    poison_next_allocations((x.shape, x.dtype), (x.shape, (r if r is not None else x).dtype),
+                            (x.shape[:-1], FP32), (x.shape[:-1], FP32))
+    if op == "rmsnorm":
+        y, h, _, rstd_ref = ref_forward(x, w, residual=r)
+        out, res_out, rstd = rmsnorm_fwd(x, w, residual=r, eps=EPS, store_rstd=True)
+    else:
+        y, h, _, _, rstd_ref = ln_ref_forward(x, w, b, residual=r)
+        out, res_out, _, rstd = layernorm_fwd(x, w, b, residual=r, eps=EPS, store_rstd=True, store_mean=True)
+    check(f"{label}: out", out, y)
+    check(f"{label}: rstd", rstd, rstd_ref)
+    if r is not None:
+        check_exact(f"{label}: residual_out", res_out, h)
 
 
 @pytest.mark.parametrize("override", OVERRIDES)

@@ -62,6 +62,14 @@ __device__ __forceinline__ void fence_barrier_init() {
 #endif
 }
 
+// One thread's set-up of a kernel's bulk-copy barriers: each takes one arrival a phase.
+template <int N>
+__device__ __forceinline__ void init_bulk_barriers(unsigned long long (&bars)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) mbarrier_init(&bars[i], 1);
+  fence_barrier_init();
+}
+
 // The barrier's one arrival of this phase, announcing the bytes its copies bring.
 __device__ __forceinline__ void mbarrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -47,8 +47,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   constexpr unsigned DY_AT = L.x_bytes;
   constexpr unsigned DRO_AT = L.x_bytes + SLICE_ELEMS * sizeof(DY);
   extern __shared__ __align__(128) unsigned char bulk_memory[];
-  __shared__ unsigned long long stage_full[STAGES];
-  __shared__ unsigned long long params_full;
+  __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
+  unsigned long long* const stage_full = bulk_barriers;
+  unsigned long long& params_full = bulk_barriers[STAGES];
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, K> cta_storage;
   __shared__ ClusterPushes<1, CLUSTER, K> cluster_pushes;  // CLUSTER > 1 only
   __shared__ BwdCombineStorage<Cfg> combine;                // write_partial's (unused for one row a CTA)
@@ -80,10 +81,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   const auto* w_smem = reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(
       bulk_memory + STAGES * L.slice_bytes);
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbarrier_init(&stage_full[s], 1);
-    mbarrier_init(&params_full, 1);
-    fence_barrier_init();
+    init_bulk_barriers(bulk_barriers);
     if (w_cached) {
       mbarrier_expect_bytes(&params_full, L.weight_bytes);
       bulk_load(bulk_memory + STAGES * L.slice_bytes, w_global, L.weight_bytes, &params_full);
@@ -104,11 +102,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(stage(s) + v * 16);
     const auto dp = *reinterpret_cast<const Packed<DY, VEC>*>(stage(s) + DY_AT + v * (VEC * sizeof(DY)));
     if (w_cached) {
-      const auto wp = w_smem[v];
-      float w[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
-      row.expand_with(w, hp, dp, xh, g, d);
+      row.expand_packed(w_smem[v], hp, dp, xh, g, d);
     } else {
       row.expand(t.column(k), hp, dp, xh, g, d);
     }

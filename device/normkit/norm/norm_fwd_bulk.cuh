@@ -54,8 +54,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   // Shared memory: STAGES stages (x's slice, then the residual's), then (L.params_bytes > 0)
   // the weight's slice and the bias's.
   extern __shared__ __align__(128) unsigned char bulk_memory[];
-  __shared__ unsigned long long stage_full[STAGES];
-  __shared__ unsigned long long params_full;
+  __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
+  unsigned long long* const stage_full = bulk_barriers;
+  unsigned long long& params_full = bulk_barriers[STAGES];
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, 1> cta_storage;
   __shared__ ClusterPushes<1, CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
 
@@ -79,10 +80,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   const W* w_cached = reinterpret_cast<const W*>(bulk_memory + STAGES * L.slice_bytes);
   const B* b_cached = reinterpret_cast<const B*>(bulk_memory + STAGES * L.slice_bytes + L.weight_bytes);
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbarrier_init(&stage_full[s], 1);
-    mbarrier_init(&params_full, 1);
-    fence_barrier_init();
+    init_bulk_barriers(bulk_barriers);
     if (params_cached) {
       mbarrier_expect_bytes(&params_full, L.params_bytes);
       if constexpr (!is_none<W>)

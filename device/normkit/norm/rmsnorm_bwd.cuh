@@ -195,10 +195,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_kernel
                     float (&g)[VEC], float (&d)[VEC]) {
     if constexpr (W_SMEM) {
       const WPacked wp = *w_entry(k);
-      float w[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
-      row.expand_with(w, hp, dp, xh, g, d);
+      row.expand_packed(wp, hp, dp, xh, g, d);
     } else {
       row.expand(t.column(k), hp, dp, xh, g, d);
     }

@@ -68,6 +68,16 @@ struct NormBwdRow {
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     expand_with(w, hp, dp, xh, g, d);
   }
+  // The same with the vector's weight given raw, as its dtype holds it (a copy in
+  // shared memory: norm_bwd_kernel's W_SMEM, norm_bwd_bulk_kernel's).
+  template <class WP>
+  __device__ __forceinline__ void expand_packed(const WP& wp, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
+                                                float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
+    float w[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
+    expand_with(w, hp, dp, xh, g, d);
+  }
   // The same with the vector's weight (weight_offset added) given.
   __device__ __forceinline__ void expand_with(const float (&w)[VEC], const Packed<X, VEC>& hp,
                                               const Packed<DY, VEC>& dp, float (&xh)[VEC], float (&g)[VEC],
