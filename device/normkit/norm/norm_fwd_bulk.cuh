@@ -16,11 +16,12 @@
 // so the refill does not wait for the cluster. The weight and bias slices are the
 // same for every row of a persistent CTA and are copied once (PARAMS_SMEM, when there
 // is one head and they are 16-byte aligned; otherwise read from global per row).
-// The earlier cp.async ring (docs/perf/h200-2026-11-30.md) lost with each thread
-// issuing its own 16-byte copies, the weight re-read from L2 every row, and one
-// 512-thread CTA per SM whose warps all waited on the same row's barriers. The first
-// two are gone here; the last remains by default (minb=2 gives two CTAs an SM half
-// the shared memory each, to measure against it).
+// The earlier cp.async ring (docs/perf/h200-2026-11-30.md) lost; its report blamed
+// one 512-thread CTA per SM whose warps all waited on the same row's barriers, and the
+// weight re-read from L2 every row, and named a TMA bulk producer as a way out. Here
+// the producer is one bulk copy a slice and the weight is read once; one CTA per SM
+// remains by default (minb=2 gives two CTAs an SM half the shared memory each, to
+// measure against it).
 // LayerNorm: each CTA takes its slice's mean and M2 in two passes over the
 // registers (two CTA barriers, no cluster barrier), and the cluster combines the
 // CTAs' pairs (combine_slice_moments): one cluster exchange a row, and no
