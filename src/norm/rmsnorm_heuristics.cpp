@@ -79,9 +79,23 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
   return 1;
 }
 
+namespace {
+
+// The bulk ring asked for where it measured faster, as row=bulk would ask for it.
+RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
+  if (!(in.backward ? bulk_backward_rows_measured(in) : bulk_rows_measured(in))) return in;
+  RowPlanInputs out = in;
+  out.forced_bulk_rows = true;
+  return out;
+}
+
+}  // namespace
+
 RowPlan plan_rows(const RowPlanInputs& given) {
   NK_CHECK(given.n >= 1, "plan_rows: n must be >= 1");
-  const RowPlanInputs in = with_forward_elems(with_staged_rows(with_decode_rows(with_plain16_rows(given))));
+  // The bulk ring's measured rows first: the other measured rules leave such calls alone.
+  const RowPlanInputs in =
+      with_forward_elems(with_staged_rows(with_decode_rows(with_plain16_rows(with_measured_bulk_rows(given)))));
   RowPlan p;
   // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
   // (c) keeps the row input's access at <= 16 bytes (the widest LDG).

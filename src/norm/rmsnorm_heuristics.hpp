@@ -67,9 +67,9 @@ struct RowPlan {
   // L2 for its slice of the next row it takes by a bulk prefetch (norm_bwd_kernel's
   // L2_NEXT), so that those loads wait on L2 rather than HBM (with_l2_next).
   bool l2_next = false;
-  // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it
-  // (with_bulk_rows, with_bulk_backward_rows; not planned on their own, not yet
-  // measured): the row's slices (x's and the residual's; h's, dout's, dresidual_out's)
+  // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it,
+  // or where it measured faster on sm_90 (bulk_rows_measured,
+  // bulk_backward_rows_measured; with_bulk_rows, with_bulk_backward_rows): the row's slices (x's and the residual's; h's, dout's, dresidual_out's)
   // copied by cp.async.bulk into a ring of this many shared-memory stages
   // (norm_fwd_bulk_kernel, norm_bwd_bulk_kernel), a persistent grid, one row per CTA
   // (cluster); the backward's weight slice in shared memory where weight_smem. 0: off.

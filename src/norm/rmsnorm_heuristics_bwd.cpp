@@ -502,6 +502,41 @@ constexpr std::int64_t kBulkBackwardStageBytes = 64 * 1024;
 constexpr int kBulkBackwardMaxStages = 8;
 }  // namespace
 
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=row=bulk, one run
+// each in one call (scripts/plan_cases/backward-bulk-rows.txt at deefadb,
+// docs/perf/h200-2026-12-01c.md), weight and dresidual_out of x's dtype:
+//   LayerNorm bf16 without dresidual_out N=16384-262144 0.804/0.644/0.652/0.593/0.480
+//   -> 0.888/0.803/0.754/0.738/0.668; with it N=32768-262144 0.712/0.690/0.573/0.530
+//   -> 0.774/0.766/0.678/0.825;
+//   LayerNorm fp32 without it N=16384-131072 0.850/0.872/0.792/0.734 ->
+//   0.898/0.933/0.959/0.935; with it N=131072 0.760 -> 0.939;
+//   RMSNorm bf16 without it N=32768-262144 0.867/0.793/0.720/0.653 ->
+//   0.935/0.874/0.852/0.788; with it N=262144 0.779 -> 0.915;
+//   RMSNorm fp32 without it N=65536/131072 0.868/0.728 -> 0.949/0.968; with it
+//   N=131072 0.923 -> 0.955.
+// Slower or level elsewhere: N=16384 but LayerNorm's without dresidual_out (-1 to -5 %),
+// RMSNorm bf16 with dresidual_out N=32768-131072 (-2 to -7 %), LayerNorm bf16 with it
+// N=16384 (-4 %), the fp32 rows with it N=16384-65536 (-1 to -4 %, RMSNorm N=65536
+// +1.5 %, left alone), RMSNorm fp32 N=32768 (+1 %). fp32 rows at N=262144 take no
+// ring (two of their stages do not fit), so they keep their own plan.
+bool bulk_backward_rows_measured(const RowPlanInputs& in) {
+  const bool forced = in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
+                      in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0 || in.forced_smem_sums ||
+                      in.forced_weight_smem != 0 || in.forced_l2_next != 0;
+  const bool dro = in.residual;
+  if (forced || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 ||
+      (in.weight_bytes != 0 && in.weight_bytes != in.x_bytes) || (dro && in.dresidual_out_bytes != in.x_bytes))
+    return false;
+  if (in.x_bytes == 2) {
+    if (in.center) return !dro || in.n >= 32768;
+    return dro ? in.n > 131072 : in.n >= 32768;
+  }
+  if (in.x_bytes != 4) return false;
+  if (in.n > 131072) return false;
+  if (in.center) return !dro || in.n >= 131072;
+  return in.n >= (dro ? 131072 : 65536);
+}
+
 RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int dro_bytes = in.dresidual_out_bytes;
   if (!in.forced_bulk_rows || !in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||

@@ -253,6 +253,31 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
   return p;
 }
 
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_FORWARD_PLAN=row=bulk, one run
+// each in one call (scripts/plan_cases/forward-bulk-rows.txt at deefadb,
+// docs/perf/h200-2026-12-01c.md), weight (and bias) and residual of x's dtype:
+//   LayerNorm fp32 without a residual N=32768 0.910 -> 0.946, 65536 0.853 -> 0.931;
+//   with one N=32768 0.895 -> 0.937, 65536 0.853 -> 0.911, 131072 0.766 -> 0.926;
+//   RMSNorm fp32 without a residual N=131072 0.880 -> 0.910, 262144 0.811 -> 0.934;
+//   with one N=65536 0.890 -> 0.916, 131072 0.845 -> 0.939;
+//   bf16 with a residual N=262144: RMSNorm 0.858 -> 0.922, LayerNorm 0.628 -> 0.880.
+// Slower or level elsewhere: every N=16384 row (-3 to -12 %), LayerNorm bf16 without a
+// residual (N=32768-262144: -19 to -22 %) and with one below N=262144 (-3 to -17 %),
+// RMSNorm bf16 below N=262144 (-1 to -10 %; without a residual N=131072 +2 %, left
+// alone), fp32 rows at N=262144 but RMSNorm's without a residual (LayerNorm -15 %).
+bool bulk_rows_measured(const RowPlanInputs& in) {
+  const bool forced = in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
+                      in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0;
+  if (forced || in.arch != 90 || in.few_rows || !in.weight_as_x || in.n < 32768 || in.n > 262144 ||
+      (in.residual && in.residual_bytes != in.x_bytes))
+    return false;
+  if (in.x_bytes == 4) {
+    if (in.center) return in.n <= (in.residual ? 131072 : 65536);
+    return in.residual ? in.n >= 65536 && in.n <= 131072 : in.n >= 131072;
+  }
+  return in.x_bytes == 2 && in.residual && in.n > 131072;
+}
+
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int r_bytes = in.residual ? in.residual_bytes : 0;
   if (!in.forced_bulk_rows || in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||

@@ -77,8 +77,10 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
     } else if (key == "row" && backward) {
-      NK_CHECK(value == "bulk", variable, ": row='", value, "' is not bulk (smem and regs are the forward's)");
-      o.bulk_rows = true;
+      NK_CHECK(value == "bulk" || value == "regs", variable, ": row='", value,
+               "' is not bulk or regs (smem is the forward's)");
+      o.bulk_rows = value == "bulk";
+      if (!o.bulk_rows) o.smem_row = -1;  // the planner's register rows, no bulk ring
     } else if (key == "row") {
       NK_CHECK(value == "smem" || value == "regs" || value == "bulk", variable, ": row='", value,
                "' is not smem, regs or bulk");
@@ -86,7 +88,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2, row=bulk, and with it stages)"
+               backward ? ", cluster, sums, w, l2, row=bulk or regs, and with row=bulk stages)"
                         : ", row, and with row=bulk cluster and stages)");
     }
   }

@@ -92,15 +92,18 @@ def test_grid_compiled(fresh_dynamo, xdt, wdt):
                  label=f"compiled M{m} N{n}")
 
 
+@pytest.mark.parametrize("plan", ["", "row=bulk"], ids=["own-plan", "row=bulk"])
 @pytest.mark.parametrize("n", [4096, 65536, 262144], ids=["N4096", "N65536-cluster", "N262144-cluster"])
-def test_variance_is_stable_far_from_zero(n):
+def test_variance_is_stable_far_from_zero(n, plan):
     # Rows of mean 1000 and spread 1 in fp32: E[h^2] - mean^2 keeps about one bit of
     # the variance there; the kernel's two passes over the register-resident row
     # (the mean, then squared deviations around it) must give mean and rstd as
-    # float64 does, and so the output.
+    # float64 does, and so the output. row=bulk: each CTA's slice mean (summed
+    # around the slice's first element) and M2, combined over the cluster.
     m = 64
     x = (1000.0 + torch.randn((m, n), device="cuda", dtype=torch.float64)).to(FP32)
-    out, _, mean, rstd = layernorm_fwd(x, None, eps=EPS, store_rstd=True, store_mean=True)
+    with plan_switch("NORMKIT_FORWARD_PLAN", plan):
+        out, _, mean, rstd = layernorm_fwd(x, None, eps=EPS, store_rstd=True, store_mean=True)
     y, _, _, mean_ref, rstd_ref = ln_ref_forward(x)
     assert torch.allclose(mean.double(), mean_ref, rtol=1e-6, atol=0), "mean"
     assert torch.allclose(rstd.double(), rstd_ref, rtol=2e-4, atol=0), \

@@ -144,21 +144,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     // its stores overlap the reduction's latency.
     using ROut = typename or_type<RO, X>::type;
     [[maybe_unused]] ROut* const res_out = is_none<RO> ? nullptr : row_ptr_mut<ROut>(p.residual_out, p.shape, r);
-    float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h
+    // LayerNorm's first pass sums h - shift, shift = h of the slice's first column (a
+    // broadcast read of the stage): the slice's mean then keeps fp32's precision when
+    // |mean| >> std (rows of 1000 +- 1 summed plainly lost ~3 ulps of the mean).
+    float shift = 0.f;
+    if constexpr (CENTER) {
+      shift = to_float(*reinterpret_cast<const X*>(stage(s)));
+      if constexpr (!is_none<R>) shift += to_float(*reinterpret_cast<const typename or_type<R, X>::type*>(stage(s) + L.x_bytes));
+    }
+    float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h - shift
     for_each_item<Cfg>([&](int k) {
       if (!t.owns(k)) return;
       float v[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         v[i] = h(k, i, true);
-        first_sum += CENTER ? v[i] : v[i] * v[i];
+        first_sum += CENTER ? v[i] - shift : v[i] * v[i];
       }
       if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
     });
     float mean = 0.f;
     float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
     if constexpr (CENTER) {
-      const float slice_mean = cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
+      const float slice_mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
       refill();
       float sq = 0.f;
       for_each_item<Cfg>([&](int k) {
