@@ -524,8 +524,11 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
                       in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0 || in.forced_smem_sums ||
                       in.forced_weight_smem != 0 || in.forced_l2_next != 0;
   const bool dro = in.residual;
-  if (forced || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 ||
-      (in.weight_bytes != 0 && in.weight_bytes != in.x_bytes) || (dro && in.dresidual_out_bytes != in.x_bytes))
+  // As measured: dw (LayerNorm: and db) of a weight of x's dtype, dresidual_out of it
+  // and dx as dresidual (no tensor of its own).
+  if (forced || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 || !in.param_grads ||
+      in.weight_bytes != in.x_bytes || in.dbias != in.center || in.dresidual_output ||
+      (dro && in.dresidual_out_bytes != in.x_bytes))
     return false;
   if (in.x_bytes == 2) {
     if (in.center) return !dro || in.n >= 32768;

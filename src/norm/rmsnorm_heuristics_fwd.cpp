@@ -268,8 +268,11 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 bool bulk_rows_measured(const RowPlanInputs& in) {
   const bool forced = in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
                       in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0;
-  if (forced || in.arch != 90 || in.few_rows || !in.weight_as_x || in.n < 32768 || in.n > 262144 ||
-      (in.residual && in.residual_bytes != in.x_bytes))
+  // As measured: a weight of x's dtype, LayerNorm's bias of it too (RMSNorm none), a
+  // residual of it with residual_out stored.
+  if (forced || in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes || in.bias != in.center ||
+      (in.bias && in.bias_bytes != in.x_bytes) || in.n < 32768 || in.n > 262144 ||
+      (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return false;
   if (in.x_bytes == 4) {
     if (in.center) return in.n <= (in.residual ? 131072 : 65536);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "normkit/runtime/config.hpp"
 #include "normkit/runtime/runtime.hpp"
 #include "rmsnorm_heuristics.hpp"
 #include "rmsnorm_kernels.hpp"
@@ -76,6 +77,15 @@ inline std::int64_t weight_slice_bytes(const RowPlan& p, std::int64_t n, std::in
   if (!p.weight_smem) return 0;
   const std::int64_t slice = ((n + p.vec - 1) / p.vec + p.cluster - 1) / p.cluster;
   return slice * ((std::int64_t{p.vec} * weight_bytes + 15) / 16 * 16);
+}
+
+// NORMKIT_BACKWARD_PLAN (`variable`) = row=regs and then `override`: the register
+// rows' own rules, where on sm_90 the bulk ring takes many long rows by itself
+// (bulk_rows_measured, bulk_backward_rows_measured; test_forward_bulk_rows.cpp and
+// test_backward_bulk_rows.cpp). In the forward row=regs also refuses the staged rows.
+inline normkit::rt::PlanOverride register_rows(const std::string& override = "",
+                                               const char* variable = "NORMKIT_BACKWARD_PLAN") {
+  return normkit::rt::parse_plan_override(variable, override.empty() ? "row=regs" : "row=regs," + override);
 }
 
 inline RowPlan plan(std::int64_t n, DType x, bool backward, bool dbias, const std::string& target, int max_vec = 8,

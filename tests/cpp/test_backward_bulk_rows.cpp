@@ -44,12 +44,45 @@ TEST(RmsNormPlan, BackwardBulkRowsOverrideParses) {
   EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "cluster=4").cluster, 4);
 }
 
-// Never without the override.
-TEST(RmsNormPlan, BackwardBulkRowsOnlyWhenAsked) {
+// Planned by itself on sm_90 where it measured faster (bulk_backward_rows_measured),
+// written out here as the H200 table gave it: (n, x, center, dresidual_out).
+TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
+  auto measured = [](std::int64_t n, DType x, bool center, bool dro) {
+    if (n < 16384 || n > 262144) return false;
+    if (x == bf16) {
+      if (center) return !dro || n >= 32768;
+      return dro ? n == 262144 : n >= 32768;
+    }
+    if (n > 131072) return false;  // fp32 N=262144: two stages do not fit
+    if (center) return !dro || n == 131072;
+    return n >= (dro ? 131072 : 65536);
+  };
   for (const DType x : {bf16, f32})
-    for (std::int64_t n : {256, 4096, 16384, 32768, 65536, 131072, 262144})
+    for (std::int64_t n : {256, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288})
       for (const bool center : {false, true})
-        for (const bool dro : {false, true}) EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "").plan.bulk_stages, 0) << n;
+        for (const bool dro : {false, true}) {
+          const RowPlan p = bulk_bwd(n, x, x, center, dro, "").plan;
+          EXPECT_EQ(p.bulk_stages > 0, measured(n, x, center, dro))
+              << n << " " << (x == bf16 ? "bf16" : "fp32") << " center " << center << " dro " << dro << " " << p.str();
+          if (!measured(n, x, center, dro)) continue;
+          // The plan row=bulk asks for; none of it elsewhere: row=regs, sm_100, calls of
+          // few rows, another override, a weight of another width, a separate dresidual,
+          // no dw.
+          EXPECT_EQ(p.str(), bulk_bwd(n, x, x, center, dro, "row=bulk").plan.str()) << n;
+          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "row=regs").plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "", 100).plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "cta=512").plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_bwd(n, x, x == bf16 ? f32 : bf16, center, dro, "").plan.bulk_stages, 0) << n;
+          RmsBwdSpec few = norm_bwd_spec(n, x, x, center, dro);
+          few.few_rows = true;
+          EXPECT_EQ(plan_bwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
+          RmsBwdSpec dres = norm_bwd_spec(n, x, x, center, true, /*dres=*/true);
+          EXPECT_EQ(plan_bwd(dres, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
+          RmsBwdSpec no_grads = norm_bwd_spec(n, x, x, center, dro);
+          no_grads.weight.reset();
+          no_grads.dbias.reset();
+          EXPECT_EQ(plan_bwd(no_grads, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
+        }
 }
 
 TEST(RmsNormPlan, BackwardBulkRowsShape) {

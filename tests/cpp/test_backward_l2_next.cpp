@@ -23,7 +23,7 @@ RowPlan planned(std::int64_t n, DType x, bool center, bool dro, const std::strin
                 DType dout = DType::kFloat32, bool same_dout = true) {
   RmsBwdSpec b = norm_bwd_spec(n, x, x, center, dro);
   if (!same_dout) b.dout = dout;
-  if (!override.empty()) b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override);
+  b.plan_override = register_rows(override);  // the register rows' feature, not the bulk ring
   return plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
 }
 

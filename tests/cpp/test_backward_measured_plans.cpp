@@ -27,6 +27,7 @@ TEST(RmsNormPlan, BackwardClusterRowsWhereMeasured) {
     s.center = center;
     if (center) s.dbias = x;
     if (dro) s.dresidual_out = x;
+    s.plan_override = register_rows();  // the bulk ring takes most of these rows by itself
     return s;
   };
   struct Want {

@@ -22,7 +22,7 @@ RowPlan planned(std::int64_t n, DType x, bool center, bool dro, const std::strin
                 std::optional<DType> weight = std::nullopt, bool few_rows = false) {
   RmsBwdSpec b = norm_bwd_spec(n, x, weight.value_or(x), center, dro);
   b.few_rows = few_rows;
-  if (!override.empty()) b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override);
+  b.plan_override = register_rows(override);  // the register rows' feature, not the bulk ring
   return plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
 }
 

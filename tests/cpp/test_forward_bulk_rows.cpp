@@ -53,12 +53,39 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "stages=3"), normkit::Error);
 }
 
-// Never without the override: no plan of the sweep's shapes takes it on its own.
-TEST(RmsNormPlan, BulkRowsOnlyWhenAsked) {
+// Planned by itself on sm_90 where it measured faster (bulk_rows_measured), written
+// out here as the H200 table gave it: (n, x, center, residual).
+TEST(RmsNormPlan, BulkRowsWhereMeasured) {
+  auto measured = [](std::int64_t n, DType x, bool center, bool residual) {
+    if (n < 32768 || n > 262144) return false;
+    if (x == bf16) return residual && n == 262144;
+    if (center) return n <= (residual ? 131072 : 65536);
+    return residual ? n == 65536 || n == 131072 : n >= 131072;
+  };
   for (const DType x : {bf16, f32})
-    for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144})
+    for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288})
       for (const bool center : {false, true})
-        EXPECT_EQ(bulk_spec(n, x, x, center, "").plan.bulk_stages, 0) << n;
+        for (const bool residual : {false, true}) {
+          const auto r = residual ? std::optional<DType>(x) : std::nullopt;
+          const RowPlan p = bulk_spec(n, x, x, center, "", 90, r).plan;
+          EXPECT_EQ(p.bulk_stages > 0, measured(n, x, center, residual))
+              << n << " " << (x == bf16 ? "bf16" : "fp32") << " center " << center << " residual " << residual << " "
+              << p.str();
+          if (!measured(n, x, center, residual)) continue;
+          // The plan row=bulk asks for; none of it under row=regs, on sm_100, with
+          // another override, a weight of another width, a residual of another width, in
+          // calls of few rows.
+          EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, "row=bulk", 90, r).plan.str()) << n;
+          EXPECT_EQ(bulk_spec(n, x, x, center, "row=regs", 90, r).plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_spec(n, x, x, center, "cta=512", 90, r).plan.bulk_stages, 0) << n;
+          EXPECT_EQ(bulk_spec(n, x, x == bf16 ? f32 : bf16, center, "", 90, r).plan.bulk_stages, 0) << n;
+          if (residual)
+            EXPECT_EQ(bulk_spec(n, x, x, center, "", 90, x == bf16 ? f32 : bf16).plan.bulk_stages, 0) << n;
+          RmsFwdSpec few = norm_fwd_spec(n, x, x, center, r, true);
+          few.few_rows = true;
+          EXPECT_EQ(plan_fwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
+        }
 }
 
 // Slices of at most 32 KB over the smallest cluster that gives them, 512 threads, and

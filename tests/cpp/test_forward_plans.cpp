@@ -21,6 +21,7 @@ TEST(RmsNormPlan, Fp32RowsWithResidualTakeSixteenElementsAThread) {
     RmsFwdSpec f = plain_fwd_spec(n, x);
     if (residual) f.residual = f.residual_out = x;
     if (w) f.weight = *w;
+    f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");  // the register rows' rule: the bulk ring takes some by itself
     return plan_fwd(f, 8, arch);
   };
   for (std::int64_t n : {32768, 65536, 131072, 262144}) {
@@ -125,6 +126,7 @@ TEST(RmsNormPlan, LongForwardRowsTakeTwoCtasPerSm) {
                 bool few_rows = false, int arch = 90) {
     RmsFwdSpec f = norm_fwd_spec(n, x, w, center, res, stats);
     f.few_rows = few_rows;
+    f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");  // the register rows' rule: the bulk ring takes some by itself
     return plan_fwd(f, 8, arch);
   };
   auto expect_two = [](const RowPlan& p, int cluster) {
@@ -139,8 +141,8 @@ TEST(RmsNormPlan, LongForwardRowsTakeTwoCtasPerSm) {
       expect_two(fwd(n, bf16, true, bf16, bf16, stats), c16);
       expect_two(fwd(n, f16, true, f32, f16, stats), c16);
       expect_two(fwd(n, f32, true, {}, f32, stats), c16);
-      // LayerNorm fp32 with a residual: staged in shared memory (test_forward_smem_row.cpp)
-      EXPECT_TRUE(fwd(n, f32, true, f32, f32, stats).smem_row) << n;
+      // LayerNorm fp32 with a residual: the bulk ring by itself (test_forward_bulk_rows.cpp)
+      EXPECT_GT(plan_fwd(norm_fwd_spec(n, f32, f32, true, f32, stats), 8, 90).bulk_stages, 0) << n;
       expect_two(fwd(n, f32, false, {}, f32, stats), c16);
       // LayerNorm, 16-bit rows, fp32 parameters, statistics stored: 1024 threads
       EXPECT_EQ(fwd(n, bf16, true, bf16, f32, stats).tpr, stats ? 1024 : 512) << n;
@@ -188,6 +190,7 @@ TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
     f.center = center;
     f.params_smem_allowed = allowed;
     f.few_rows = few_rows;
+    f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");  // the register rows' rule: the bulk ring takes some by itself
     return plan_fwd(f, 8, 90);
   };
   // Rows without a residual: calls of few rows (the others take 64 elements a thread).
@@ -214,6 +217,7 @@ TEST(RmsNormPlan, ForwardParamsInSharedMemoryOnlyForClusteredRows) {
 // cluster), min_blocks, and the pipeline turned off; the backward ignores them.
 TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
   RmsFwdSpec f = plain_fwd_spec(131072, f32);
+  f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");  // the bulk ring takes this row by itself
   const RowPlan base = plan_fwd(f, 8, 90);
   EXPECT_EQ(base.tpr, 512);
   EXPECT_EQ(base.cluster, 8);
