@@ -58,6 +58,7 @@ TEST_F(RmsNormKernelSweep, Fp32WidePairBackwardRowsCompileWithoutSpills) {
         for (const bool dro : {false, true}) {
           for (const bool dres : {false, true}) {
             RmsBwdSpec b = norm_bwd_spec(n, f32, w, center, dro, dres);
+            b.plan_override = register_rows();  // the pair's rule: the bulk ring takes some by itself
             b.plan = plan_bwd(b, 8, arch_of(target));
             // Spilled at 1024 threads (with dresidual since the pair reduces through
             // row_sums_walk): keep the 512 threads of 16 columns.
@@ -183,6 +184,7 @@ TEST_F(RmsNormKernelSweep, BackwardClusterRowsCompileWithoutSpills) {
           for (const bool dro : {false, true}) {
             for (const bool dres : {false, true}) {
               RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro, dres);
+              b.plan_override = register_rows();  // the clusters' rule: the bulk ring takes many by itself
               b.plan = plan_bwd(b, 8, 90);
               const bool whole = n % 32768 == 0;
               const bool planned = whole && !dres &&

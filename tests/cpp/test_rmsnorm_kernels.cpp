@@ -351,14 +351,15 @@ TEST_F(RmsNormKernelSweep, LongRowForwardSpillCasesCompileClean) {
         if (with_bias) f.bias = f32;
         f.center = center;
         f.store_rstd = with_bias;  // the training forward stores the statistics
+        // The register rows' rules (row=regs: on sm_90 the bulk ring and the staged rows
+        // take some of these rows by themselves, test_forward_bulk_rows.cpp).
+        f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");
         f.plan = plan_fwd(f, 8, arch_of(target));
         if (target != "sm_80") {
           // LayerNorm's take 512-thread CTAs (two per SM) up to clusters of 16; with a
-          // bias at N=262144 on sm_90, 32 elements a thread (test_forward_long_rows.cpp);
-          // staged in shared memory at N=32768 in 256-thread CTAs (test_forward_smem_row.cpp)
+          // bias at N=262144 on sm_90, 32 elements a thread (test_forward_long_rows.cpp).
           const bool long32 = center && with_bias && n == 262144 && target == "sm_90a";
-          const bool staged256 = center && n == 32768 && target == "sm_90a";
-          const std::int64_t cta = staged256 ? 256 : long32 || (center && n <= 131072) ? 512 : 1024;
+          const std::int64_t cta = long32 || (center && n <= 131072) ? 512 : 1024;
           EXPECT_EQ(f.plan.cluster, n / (long32 ? 32 : 16) / cta) << n << " " << f.plan.str();
         }
         if (f.plan.regs || target == "sm_80") {
@@ -499,6 +500,7 @@ TEST_F(RmsNormKernelSweep, TwoCtaForwardRowsCompileWithoutSpills) {
           for (const bool center : {false, true}) {
             for (const bool stats : {false, true}) {
               RmsFwdSpec f = norm_fwd_spec(n, x, w, center, res, stats);
+              f.plan_override = register_rows("", "NORMKIT_FORWARD_PLAN");  // the rule's rows, bulk ring refused
               f.plan = plan_fwd(f, 8, arch_of(target));
               if (f.plan.threads() != 512 || f.plan.min_blocks != 2) continue;
               EXPECT_TRUE(f.plan.regs && !f.plan.prefetch && !f.plan.params_smem) << n << " " << f.plan.str();

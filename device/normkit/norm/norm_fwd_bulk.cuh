@@ -26,6 +26,10 @@
 // registers (two CTA barriers, no cluster barrier), and the cluster combines the
 // CTAs' pairs (combine_slice_moments): one cluster exchange a row, and no
 // cancellation whatever the mean.
+// Measured on the H200 (docs/perf/h200-2026-12-01c.md): faster than the register
+// rows for long fp32 rows (up to +32 %) and 16-bit rows with a residual at N=262144
+// (+7-41 %), slower for 16-bit LayerNorm rows below that (-3 to -22 %); the plans take
+// it where it won (bulk_rows_measured).
 // Grid: persistent, as many clusters as are resident (the host's resident_groups);
 // cluster g takes rows g, g + G, g + 2G, ... in every CTA of the cluster, so each
 // CTA's j-th row uses stage j % STAGES everywhere.
