@@ -114,8 +114,9 @@ struct RowPlanInputs {
   bool smem_sums_allowed = true;
   // Backward: RowPlan::async_rows may be planned (NORMKIT_ASYNC_ROWS=0 turns it off).
   bool async_rows_allowed = true;
-  // Forward: x is fp16 (not bf16), and the element sizes of weight and bias (0:
-  // absent): ptxas spilled the pipeline for one pairing of x and weight, and
+  // x is fp16 (not bf16; backward: x or dout), and (forward) the element sizes of
+  // weight and bias (0: absent): ptxas spilled the forward pipeline for one pairing
+  // of x and weight and the backward's bulk ring at one fp16 shape, and
   // RowPlan::params_smem holds the parameters, where it may be planned
   // (NORMKIT_PARAMS_SMEM=0 turns it off).
   bool x_fp16 = false;

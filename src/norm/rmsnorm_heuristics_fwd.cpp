@@ -278,7 +278,7 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
     if (in.center) return in.n <= (in.residual ? 131072 : 65536);
     return in.residual ? in.n >= 65536 && in.n <= 131072 : in.n >= 131072;
   }
-  return in.x_bytes == 2 && in.residual && in.n > 131072;
+  return in.x_bytes == 2 && !in.x_fp16 && in.residual && in.n > 131072;  // bf16 measured
 }
 
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {

@@ -123,6 +123,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.dresidual_bytes = static_cast<int>(std::max(s.dresidual_out ? dtype_size(*s.dresidual_out) : 0,
                                                  s.dresidual ? dtype_size(*s.dresidual) : 0));
   in.dresidual_out_bytes = s.dresidual_out ? static_cast<int>(dtype_size(*s.dresidual_out)) : 0;
+  in.x_fp16 = s.x == DType::kFloat16 || s.dout == DType::kFloat16;
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   in.many_heads = s.many_heads;

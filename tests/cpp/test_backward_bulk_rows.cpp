@@ -73,6 +73,7 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
           EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "", 100).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "cta=512").plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_bwd(n, x, x == bf16 ? f32 : bf16, center, dro, "").plan.bulk_stages, 0) << n;
+          if (x == bf16) EXPECT_EQ(bulk_bwd(n, f16, f16, center, dro, "").plan.bulk_stages, 0) << n;  // not measured
           RmsBwdSpec few = norm_bwd_spec(n, x, x, center, dro);
           few.few_rows = true;
           EXPECT_EQ(plan_bwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
@@ -163,7 +164,8 @@ TEST_F(RmsNormKernelSweep, BackwardBulkRowsCompileWithoutSpills) {
        {"row=bulk", "row=bulk,cta=1024", "row=bulk,cta=256", "row=bulk,stages=2", "row=bulk,minb=2"})
     for (const auto& [n, x, w] : {std::tuple{262144, bf16, bf16}, std::tuple{131072, bf16, f32},
                                   std::tuple{65536, f32, f32}, std::tuple{65536, f16, f16},
-                                  std::tuple{20000, f32, f32}, std::tuple{4096, bf16, bf16}})
+                                  std::tuple{20000, f32, f32}, std::tuple{4096, bf16, bf16},
+                                  std::tuple{16384, bf16, bf16}, std::tuple{16384, f16, f16}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
           const RmsBwdSpec b = bulk_bwd(n, x, w, center, dro, override_text);

@@ -80,6 +80,11 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
           EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "cta=512", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x == bf16 ? f32 : bf16, center, "", 90, r).plan.bulk_stages, 0) << n;
+          if (x == bf16)  // fp16 not measured
+            EXPECT_EQ(bulk_spec(n, f16, f16, center, "", 90, residual ? std::optional<DType>(f16) : std::nullopt)
+                          .plan.bulk_stages,
+                      0)
+                << n;
           if (residual)
             EXPECT_EQ(bulk_spec(n, x, x, center, "", 90, x == bf16 ? f32 : bf16).plan.bulk_stages, 0) << n;
           RmsFwdSpec few = norm_fwd_spec(n, x, x, center, r, true);
