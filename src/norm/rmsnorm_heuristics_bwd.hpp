@@ -98,7 +98,7 @@ RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
 RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in);
 
 // Backward calls on sm_90 where the bulk ring measured faster than the plan's own
-// rows (the numbers beside its definition): most rows of N=16384-262144 (fp32 up to
+// rows (the numbers beside its definition): most bf16 and fp32 rows of N=16384-262144 (fp32 up to
 // 131072) without dresidual_out, fewer with it; weight and dresidual_out of x's
 // dtype, not calls of few rows, nothing of NORMKIT_BACKWARD_PLAN forced (row=regs
 // refuses it).

@@ -46,7 +46,7 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in);
 
 // Forward calls on sm_90 where the bulk ring measured faster than the plan's own
-// rows (the numbers beside its definition): long fp32 rows, and 16-bit rows with a
+// rows (the numbers beside its definition): long fp32 rows, and bf16 rows with a
 // residual at N > 131072; weight, bias and residual of x's dtype, not calls of few
 // rows, nothing of NORMKIT_FORWARD_PLAN forced (row=regs refuses it).
 bool bulk_rows_measured(const RowPlanInputs& in);
