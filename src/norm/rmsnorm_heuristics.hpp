@@ -140,6 +140,13 @@ struct RowPlanInputs {
   int forced_bulk_stages = 0;     // with forced_bulk_rows: that many stages (stages=)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
+  // Whether NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN forced any field (read on
+  // the inputs as given, before the measured input rules force some of their own).
+  bool any_forced() const {
+    return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
+           forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
+           forced_smem_row || forced_smem_sums;
+  }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
   bool many_heads = false;

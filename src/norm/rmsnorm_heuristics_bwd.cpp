@@ -520,13 +520,10 @@ constexpr int kBulkBackwardMaxStages = 8;
 // +1.5 %, left alone), RMSNorm fp32 N=32768 (+1 %). fp32 rows at N=262144 take no
 // ring (two of their stages do not fit), so they keep their own plan.
 bool bulk_backward_rows_measured(const RowPlanInputs& in) {
-  const bool forced = in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-                      in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0 || in.forced_smem_sums ||
-                      in.forced_weight_smem != 0 || in.forced_l2_next != 0;
   const bool dro = in.residual;
   // As measured: dw (LayerNorm: and db) of a weight of x's dtype, dresidual_out of it
   // and dx as dresidual (no tensor of its own).
-  if (forced || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 || !in.param_grads ||
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 || !in.param_grads ||
       in.weight_bytes != in.x_bytes || in.dbias != in.center || in.dresidual_output ||
       (dro && in.dresidual_out_bytes != in.x_bytes))
     return false;

@@ -88,10 +88,10 @@ RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
 // whose stage (the slices of h, dout and dresidual_out) is at most
 // kBulkBackwardStageBytes (cluster= forced: that one, if it divides them); 512 threads
 // (cta= forced: that many; fewer where the slice has fewer vectors, at least 64), as
-// long as the dw/db sums a thread keeps in registers leave it ~56 others under the
-// register cap of its CTAs per SM; one CTA per SM (minb= forced: that many share its
-// shared memory and registers); as
-// many stages, up to eight, as the shared memory holds beside the weight's slice
+// long as the dw/db sums a thread keeps in registers leave it ~56 others (72 for fp16)
+// under the register cap of its CTAs per SM; one CTA per SM (minb= forced: that many
+// share its shared memory and registers); as many stages, up to eight, as the shared
+// memory holds beside the weight's slice
 // (RowPlan::weight_smem where it is whole 16-byte chunks and the stages asked for fit
 // beside it), at least two (stages= forced: that many, if they fit), else the plan is
 // unchanged. Any other call unchanged. plan_rows' last step.

@@ -266,11 +266,9 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // RMSNorm bf16 below N=262144 (-1 to -10 %; without a residual N=131072 +2 %, left
 // alone), fp32 rows at N=262144 but RMSNorm's without a residual (LayerNorm -15 %).
 bool bulk_rows_measured(const RowPlanInputs& in) {
-  const bool forced = in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-                      in.forced_no_prefetch || in.forced_cluster || in.forced_smem_row != 0;
   // As measured: a weight of x's dtype, LayerNorm's bias of it too (RMSNorm none), a
   // residual of it with residual_out stored.
-  if (forced || in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes || in.bias != in.center ||
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.weight_bytes != in.x_bytes || in.bias != in.center ||
       (in.bias && in.bias_bytes != in.x_bytes) || in.n < 32768 || in.n > 262144 ||
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return false;

@@ -76,14 +76,11 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
-    } else if (key == "row" && backward) {
-      NK_CHECK(value == "bulk" || value == "regs", variable, ": row='", value,
-               "' is not bulk or regs (smem is the forward's)");
-      o.bulk_rows = value == "bulk";
-      if (!o.bulk_rows) o.smem_row = -1;  // the planner's register rows, no bulk ring
     } else if (key == "row") {
-      NK_CHECK(value == "smem" || value == "regs" || value == "bulk", variable, ": row='", value,
-               "' is not smem, regs or bulk");
+      // regs: the planner's register rows (the backward's: its register, stash or split
+      // rows), neither the staged row nor the bulk ring.
+      NK_CHECK(value == "bulk" || value == "regs" || (!backward && value == "smem"), variable, ": row='", value,
+               backward ? "' is not bulk or regs (smem is the forward's)" : "' is not smem, regs or bulk");
       o.bulk_rows = value == "bulk";
       if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
