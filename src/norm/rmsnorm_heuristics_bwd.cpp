@@ -545,9 +545,24 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
     return planned;
   const int vec = 16 / in.x_bytes;
   const int rest_bytes = in.dout_bytes + dro_bytes;  // the stage's part after h's slice
-  const std::optional<BulkRingShape> shape =
-      bulk_ring_shape(in, in.n / vec, std::int64_t{vec} * (in.x_bytes + rest_bytes), kBulkBackwardStageBytes);
+  const std::int64_t nv = in.n / vec;
+  std::optional<BulkRingShape> shape =
+      bulk_ring_shape(in, nv, std::int64_t{vec} * (in.x_bytes + rest_bytes), kBulkBackwardStageBytes);
   if (!shape) return planned;
+  // Short rows (the CTA's threads, 512 unless cta=, at least twice the row's vectors):
+  // a stage of several whole rows, ept= columns a thread (one vector unless given),
+  // the row's threads a power of two; the CTA keeps its thread count.
+  const std::int64_t cta = in.forced_cta_threads ? in.forced_cta_threads : 512;
+  int rows = 1;
+  if (shape->cluster == 1 && !in.forced_cluster && cta >= 2 * nv) {
+    const std::int64_t items = in.forced_elems_per_thread ? std::max(1, in.forced_elems_per_thread / vec) : 1;
+    const std::int64_t tpr = next_pow2((nv + items - 1) / items);
+    if (tpr > cta || cta / tpr < 2) return planned;
+    rows = static_cast<int>(cta / tpr);
+    shape->threads = static_cast<int>(tpr);
+    shape->items = (nv + tpr - 1) / tpr;
+    shape->register_cap = std::min<std::int64_t>(255, 65536 / (cta * shape->blocks));
+  }
   // The dw/db sums a thread keeps (ITEMS * VEC floats each) beside ~56 registers of
   // the rest, under the cap threads * blocks leave: ptxas sm_90a spilled 8-336 bytes
   // at 64 registers with 16 floats of sums or more (1024 threads, or minb=2 at 512).
@@ -559,13 +574,15 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
   const int slice_v = static_cast<int>(shape->slice_v);
   const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes, in.weight_bytes, 0, 1);
   const BulkRingStages stages =
-      bulk_ring_stages(in, *shape, one.slice_bytes, one.params_bytes, true, kBulkBackwardMaxStages);
+      bulk_ring_stages(in, *shape, std::int64_t{rows} * one.slice_bytes, one.params_bytes, true, kBulkBackwardMaxStages);
   if (stages.stages == 0) return planned;
   RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
+  p.rows = rows;
   p.row_sums = true;  // the kernel sums dw/db itself
   p.weight_smem = stages.params_smem;
+  // The kernel's layout counts stages * rows row slices (norm_bwd_bulk_kernel).
   p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes,
-                                                       p.weight_smem ? in.weight_bytes : 0, 0, p.bulk_stages)
+                                                       p.weight_smem ? in.weight_bytes : 0, 0, p.bulk_stages * rows)
                                       .total_bytes);
   return p;
 }

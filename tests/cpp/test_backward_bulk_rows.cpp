@@ -144,6 +144,43 @@ TEST(RmsNormPlan, BackwardBulkRowsNotWhereItCannotApply) {
   refused(bulk_bwd(20000, f32, f32, false, false, "row=bulk,cluster=16"), "5000 vectors over 16");
 }
 
+// Short rows (the CTA's 512 threads, or cta=, at least twice the row's vectors): a
+// stage of several whole rows, one vector a thread unless ept= asks for more, the
+// row's threads a power of two (idle ones past N=1536's 192 vectors), the CTA's
+// thread count kept; the shared memory counts stages * rows row slices.
+TEST(RmsNormPlan, BackwardBulkShortRowsTakeSeveralRowsAStage) {
+  struct Case {
+    std::int64_t n;
+    DType x;
+    const char* override_text;
+    int tpr, rows;
+  };
+  for (const Case& c : {Case{1024, bf16, "row=bulk", 128, 4}, Case{256, bf16, "row=bulk", 32, 16},
+                        Case{2048, bf16, "row=bulk", 256, 2}, Case{1024, bf16, "row=bulk,ept=16", 64, 8},
+                        Case{1024, bf16, "row=bulk,ept=32,cta=256", 32, 8}, Case{1536, bf16, "row=bulk", 256, 2},
+                        Case{1024, f32, "row=bulk", 256, 2}, Case{4096, bf16, "row=bulk,cta=1024", 512, 2},
+                        Case{4096, bf16, "row=bulk", 512, 1}})
+    for (const bool center : {false, true})
+      for (const bool dro : {false, true}) {
+        const RowPlan p = bulk_bwd(c.n, c.x, c.x, center, dro, c.override_text).plan;
+        SCOPED_TRACE(std::string(c.override_text) + " n=" + std::to_string(c.n) + " " + p.str());
+        if (center && c.tpr * c.rows == 1024) {
+          // 1024 threads leave 64 registers: not LayerNorm's 2 x 8 sums beside ~56 others.
+          EXPECT_EQ(p.bulk_stages, 0);
+          continue;
+        }
+        EXPECT_GE(p.bulk_stages, 2);
+        EXPECT_EQ(p.tpr, c.tpr);
+        EXPECT_EQ(p.rows, c.rows);
+        EXPECT_EQ(p.cluster, 1);
+        const int vec = 16 / static_cast<int>(dtype_size(c.x));
+        const int slice_bytes = static_cast<int>(c.n) * static_cast<int>(dtype_size(c.x)) * (dro ? 3 : 2);
+        const int weight_bytes = p.weight_smem ? static_cast<int>(c.n * dtype_size(c.x)) : 0;
+        EXPECT_EQ(p.smem_bytes, p.bulk_stages * p.rows * slice_bytes + weight_bytes) << vec;
+        EXPECT_LE(p.smem_bytes, 227 * 1024 - 2 * 1024);
+      }
+}
+
 // The GPU test's shapes (tests/python/test_backward_bulk_rows_gpu.py) take it.
 TEST(RmsNormPlan, BackwardBulkRowsPlansTheGpuTestShapes) {
   for (const char* override_text : {"row=bulk", "row=bulk,cta=256", "row=bulk,stages=2"})
@@ -155,6 +192,19 @@ TEST(RmsNormPlan, BackwardBulkRowsPlansTheGpuTestShapes) {
           const RowPlan p = bulk_bwd(n, x, w, center, dro, override_text).plan;
           EXPECT_GE(p.bulk_stages, 2) << override_text << " n=" << n << " center=" << center << " dro=" << dro
                                       << " " << p.str();
+        }
+  // test_backward_bulk_short_rows: several rows a stage where the CTA's threads are at
+  // least twice the row's vectors.
+  for (const char* override_text : {"row=bulk", "row=bulk,ept=16", "row=bulk,cta=256,minb=2"})
+    for (const auto& [n, x] :
+         {std::tuple{256, bf16}, std::tuple{1024, bf16}, std::tuple{1536, bf16}, std::tuple{1024, f32}})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) {
+          const RowPlan p = bulk_bwd(n, x, x, center, dro, override_text).plan;
+          EXPECT_GE(p.bulk_stages, 2) << override_text << " n=" << n << " " << p.str();
+          const std::int64_t cta = std::string(override_text).find("cta=256") != std::string::npos ? 256 : 512;
+          const std::int64_t nv = n / (16 / static_cast<std::int64_t>(dtype_size(x)));
+          EXPECT_EQ(p.rows > 1, cta >= 2 * nv) << override_text << " n=" << n << " " << p.str();
         }
 }
 
@@ -184,4 +234,19 @@ TEST_F(RmsNormKernelSweep, BackwardBulkRowsCompileWithoutSpills) {
   ASSERT_GT(dres.plan.bulk_stages, 0) << dres.plan.str();
   kernels += expect_bwd_clean(dres, "sm_90a");
   EXPECT_GE(kernels, 60);
+}
+
+TEST_F(RmsNormKernelSweep, BackwardBulkShortRowsCompileWithoutSpills) {
+  int kernels = 0;
+  for (const char* override_text :
+       {"row=bulk", "row=bulk,ept=16", "row=bulk,ept=32,cta=256", "row=bulk,cta=256,minb=2"})
+    for (const auto& [n, x] : {std::tuple{256, bf16}, std::tuple{1024, bf16}, std::tuple{1536, bf16},
+                               std::tuple{2048, f16}, std::tuple{1024, f32}})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) {
+          const RmsBwdSpec b = bulk_bwd(n, x, x, center, dro, override_text);
+          if (b.plan.bulk_stages == 0 || b.plan.rows < 2) continue;
+          kernels += expect_bwd_clean(b, "sm_90a");
+        }
+  EXPECT_GE(kernels, 56);
 }

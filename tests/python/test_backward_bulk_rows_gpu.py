@@ -67,6 +67,27 @@ def test_backward_bulk_rows(override, op, with_res, xdt, wdt, m, n):
         assert torch.equal(a, c), f"{override}: gradient {i} of a second backward differs (bitwise)"
 
 
+# Short rows, several a stage (tests/cpp/test_backward_bulk_rows.cpp's
+# BackwardBulkShortRowsTakeSeveralRowsAStage): 16 rows of one warp (N=256), four rows
+# of 128 threads (N=1024, M not a multiple of four: the last group a row short), two
+# rows of 256 threads with 64 idle (N=1536), fp32 rows two a stage; ept=16 (two
+# vectors a thread), two 256-thread CTAs an SM.
+SHORT_SHAPES = [
+    pytest.param(BF16, 4099, 256, id="bf16-N256"),
+    pytest.param(BF16, 3001, 1024, id="bf16-N1024"),
+    pytest.param(BF16, 1003, 1536, id="bf16-N1536"),
+    pytest.param(FP32, 2001, 1024, id="fp32-N1024"),
+]
+
+
+@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,ept=16", "row=bulk,cta=256,minb=2"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "dresidual_out"])
+@pytest.mark.parametrize("xdt,m,n", SHORT_SHAPES)
+def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
+    test_backward_bulk_rows(override, op, with_res, xdt, xdt, m, n)
+
+
 def test_backward_bulk_rows_per_head():
     # One head a CTA row (blockIdx.y), each head's weight slice its own.
     backward_per_head_check_under_plan(601, "row=bulk")

@@ -23,6 +23,12 @@
 // Measured on the H200 (docs/perf/h200-2026-12-01c.md): 10-57 % faster than the
 // register rows from N=32768 (LayerNorm from 16384) without dresidual_out, and for
 // LayerNorm with it; the plans take it there (bulk_backward_rows_measured).
+// Short rows (ROWS > 1, no cluster): a stage holds ROWS whole rows, one per group of
+// TPR threads, copied by one bulk copy per row and tensor. LayerNorm's 16-bit short
+// rows held h, dout and two sets of dw/db sums in registers (127 registers, four
+// 128-thread CTAs an SM, no next row in flight: ncu at N=2048, 74 % of DRAM
+// bandwidth, 0.83-0.86x copy); here registers hold only the sums, the ring keeps
+// the loads in flight, and one CTA an SM writes a quarter of the fp32 partials.
 #pragma once
 
 #include "normkit/common/async_copy.cuh"
@@ -36,7 +42,10 @@ template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, 
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int CLUSTER = Cfg::CLUSTER;
-  static_assert(Cfg::ROWS == 1 && Cfg::REGS && Cfg::TPR > 32, "one row a CTA (cluster), at least two warps");
+  constexpr int ROWS = Cfg::ROWS;
+  static_assert(Cfg::REGS && (ROWS == 1 || CLUSTER == 1), "several rows a CTA only without a cluster");
+  static_assert(CLUSTER == 1 || Cfg::TPR > 32, "a cluster's exchange follows the warps' CTA barrier");
+  static_assert(Cfg::THREADS >= 64, "at least two warps");
   static_assert(VEC * sizeof(X) == 16 && VEC * sizeof(DY) % 16 == 0 && VEC * size_or_zero<DRO> % 16 == 0,
                 "16-byte vectors of h, whole 16-byte items of dout and dresidual_out");
   static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
@@ -44,18 +53,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
   constexpr bool DW = !is_none<W>;
   constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
-  // A stage: h's slice, then dout's, then dresidual_out's (the layout's "residual" part).
+  // A stage: ROWS row slices, each h's slice, then dout's, then dresidual_out's (the
+  // layout's "residual" part); the layout counts STAGES * ROWS such slices.
   constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), sizeof(DY) + size_or_zero<DRO>,
-                                                W_SMEM ? size_or_zero<W> : 0, 0, STAGES);
+                                                W_SMEM ? size_or_zero<W> : 0, 0, STAGES * ROWS);
+  constexpr unsigned RING_BYTES = STAGES * ROWS * L.slice_bytes;
+  // write_partial combines the ROWS rows' sums in the ring once every row is done.
+  static_assert(ROWS == 1 || Cfg::SLICE_V * VEC * sizeof(float) <= RING_BYTES, "the combine fits the ring");
   constexpr unsigned DY_AT = L.x_bytes;
   constexpr unsigned DRO_AT = L.x_bytes + SLICE_ELEMS * sizeof(DY);
   extern __shared__ __align__(128) unsigned char bulk_memory[];
   __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
   unsigned long long* const stage_full = bulk_barriers;
   unsigned long long& params_full = bulk_barriers[STAGES];
-  __shared__ RowReduceStorage<1, Cfg::TPR, 1, K> cta_storage;
+  __shared__ RowReduceStorage<ROWS, Cfg::TPR, 1, K> cta_storage;
   __shared__ ClusterPushes<1, CLUSTER, K> cluster_pushes;  // CLUSTER > 1 only
-  __shared__ BwdCombineStorage<Cfg> combine;                // write_partial's (unused for one row a CTA)
 
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   const RowThread<Cfg> t = RowThread<Cfg>::make();
@@ -64,33 +76,42 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   const long long part = blockIdx.x / CLUSTER;
   const long long parts = gridDim.x / CLUSTER;
   const long long rows_per_head = p.shape.rows / heads;
+  const long long groups = (rows_per_head + ROWS - 1) / ROWS;  // the head's row groups, ROWS rows each
   const long long head_offset = head * Cfg::N;
   const long long slice_begin = static_cast<long long>(t.rank) * SLICE_ELEMS;
-  auto stage = [&](int s) { return bulk_memory + s * L.slice_bytes; };
-  // One thread's copies of the CTA's slices of the head's j-th row into stage s.
-  auto issue_row = [&](long long j, int s) {
-    if (j >= rows_per_head) return;
-    const long long r = head + heads * j;
-    mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
-    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
-    bulk_load(stage(s) + DY_AT, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, SLICE_ELEMS * sizeof(DY),
-              &stage_full[s]);
-    if constexpr (!is_none<DRO>)
-      bulk_load(stage(s) + DRO_AT, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
-                SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
+  // Row q of stage s's group.
+  auto stage = [&](int s, int q) { return bulk_memory + (s * ROWS + q) * L.slice_bytes; };
+  // One thread's copies of the CTA's slices of the head's g-th row group (its rows
+  // g * ROWS + q that exist) into stage s.
+  auto issue_group = [&](long long g, int s) {
+    if (g >= groups) return;
+    const long long first = g * ROWS;
+    const int count = rows_per_head - first < ROWS ? static_cast<int>(rows_per_head - first) : ROWS;
+    mbarrier_expect_bytes(&stage_full[s], count * L.slice_bytes);
+#pragma unroll 1
+    for (int q = 0; q < count; ++q) {
+      const long long r = head + heads * (first + q);
+      unsigned char* const dst = stage(s, q);
+      bulk_load(dst, row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
+      bulk_load(dst + DY_AT, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, SLICE_ELEMS * sizeof(DY),
+                &stage_full[s]);
+      if constexpr (!is_none<DRO>)
+        bulk_load(dst + DRO_AT, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
+                  SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
+    }
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
   const bool w_cached = L.params_bytes > 0 && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
-  const auto* w_smem = reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(
-      bulk_memory + STAGES * L.slice_bytes);
+  const auto* w_smem =
+      reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(bulk_memory + RING_BYTES);
   if (threadIdx.x == 0) {
     init_bulk_barriers(bulk_barriers);
     if (w_cached) {
       mbarrier_expect_bytes(&params_full, L.weight_bytes);
-      bulk_load(bulk_memory + STAGES * L.slice_bytes, w_global, L.weight_bytes, &params_full);
+      bulk_load(bulk_memory + RING_BYTES, w_global, L.weight_bytes, &params_full);
     }
 #pragma unroll 1
-    for (int s = 0; s < STAGES; ++s) issue_row(part + s * parts, s);
+    for (int s = 0; s < STAGES; ++s) issue_group(part + s * parts, s);
   }
   __syncthreads();  // the stages' barriers initialized before any thread waits on them
   unsigned step = 0;  // cluster exchanges so far (the same count in every CTA of the cluster)
@@ -98,12 +119,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   if (w_cached) mbarrier_wait(&params_full, 0);
 
   using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
-  // xhat, g and dout of item k of the row in stage s, the weight from its shared slice
-  // when cached.
+  // xhat, g and dout of item k of the thread's row in stage s, the weight from its
+  // shared slice when cached.
   auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = t.slice_vector(k);
-    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(stage(s) + v * 16);
-    const auto dp = *reinterpret_cast<const Packed<DY, VEC>*>(stage(s) + DY_AT + v * (VEC * sizeof(DY)));
+    const unsigned char* const at = stage(s, t.sub);
+    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + v * 16);
+    const auto dp = *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + v * (VEC * sizeof(DY)));
     if (w_cached) {
       row.expand_packed(w_smem[v], hp, dp, xh, g, d);
     } else {
@@ -122,9 +144,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 #pragma unroll
     for (int i = 0; i < VEC; ++i) db_acc[k][i] = 0.f;
 
-  // The row's statistics, loaded a row ahead.
-  auto stats_of = [&](long long j, float& rstd, float& mean) {
-    if (j >= rows_per_head) return;
+  // The statistics of the thread's row of group g, loaded a group ahead.
+  auto stats_of = [&](long long g, float& rstd, float& mean) {
+    const long long j = g * ROWS + t.sub;
+    if (g >= groups || j >= rows_per_head) return;
     const long long r = head + heads * j;
     rstd = p.rstd[r];
     if constexpr (CENTER) mean = p.mean[r];
@@ -132,21 +155,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   float rstd_next = 0.f, mean_next = 0.f;
   stats_of(part, rstd_next, mean_next);
   unsigned cta_sums = 0;
-  int s = 0;           // the stage of this CTA's i-th row: i % STAGES
+  int s = 0;           // the stage of this CTA's i-th group: i % STAGES
   unsigned phase = 0;  // (i / STAGES) % 2, the parity of that stage's use
-  for (long long j = part; j < rows_per_head; j += parts) {
-    const long long r = head + heads * j;
+  for (long long g = part; g < groups; g += parts) {
+    // A group past the head's last row leaves its threads idle but at every barrier.
+    const long long j = g * ROWS + t.sub;
+    const bool active = ROWS == 1 || j < rows_per_head;
+    const long long r = head + heads * (active ? j : g * ROWS);
     const float rstd = rstd_next, mean = mean_next;
-    stats_of(j + parts, rstd_next, mean_next);
+    stats_of(g + parts, rstd_next, mean_next);
     const Row row = Row::make(p, r, head_offset, rstd, mean);
     mbarrier_wait(&stage_full[s], phase);
     // Pass 1: the row's sums, and the columns' dw/db.
     DotAccumulator<CENTER> dot;
     for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
-      float xh[VEC], g[VEC], d[VEC];
-      expand_item(row, s, k, xh, g, d);
-      dot.add(xh, g);
+      if (!active || !t.owns(k)) return;
+      float xh[VEC], gv[VEC], d[VEC];
+      expand_item(row, s, k, xh, gv, d);
+      dot.add(xh, gv);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         if constexpr (DW) dw_acc[k][i] += d[i] * xh[i];
@@ -156,9 +182,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     float sums[K];
     sums[0] = dot.gx;
     if constexpr (CENTER) sums[K - 1] = dot.g;
+    constexpr int WIDTH = Cfg::TPR < 32 ? Cfg::TPR : 32;
 #pragma unroll
-    for (int q = 0; q < K; ++q) sums[q] = group_sum<32>(sums[q]);
-    warp_partials_sum(sums, 0, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+    for (int q = 0; q < K; ++q) sums[q] = group_sum<WIDTH>(sums[q]);
+    if constexpr (Cfg::TPR > 32) warp_partials_sum(sums, t.sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
     if constexpr (CLUSTER > 1) {
       if (step == 0) row_sums_walk_ready<CLUSTER>();
       cluster_push_partials(sums, 0, t.lane, cluster_pushes, step);
@@ -176,22 +203,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     means.g_mean = CENTER ? sums[K - 1] / static_cast<float>(Cfg::N) : 0.f;
     // Pass 2: dx (and dresidual) from the stage again.
     for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
-      float xh[VEC], g[VEC], d[VEC];
-      expand_item(row, s, k, xh, g, d);
+      if (!active || !t.owns(k)) return;
+      float xh[VEC], gv[VEC], d[VEC];
+      expand_item(row, s, k, xh, gv, d);
       typename Row::DroPacked dro{};
       if constexpr (!is_none<DRO>)
-        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT +
+        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s, t.sub) + DRO_AT +
                                                                 t.slice_vector(k) * (VEC * size_or_zero<DRO>));
-      row.store_dx(t.column(k), xh, g, means, dro);
+      row.store_dx(t.column(k), xh, gv, means, dro);
     });
-    __syncthreads();  // every thread's reads of stage s are done: it takes the row STAGES rows on
-    if (threadIdx.x == 0) issue_row(j + STAGES * parts, s);
+    __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
+    if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
     if (++s == STAGES) {
       s = 0;
       phase ^= 1u;
     }
   }
+  // The ring is idle now (every group copied was waited for, and read before the last
+  // barrier): write_partial adds the ROWS rows' sums there.
+  BwdCombineStorage<Cfg>& combine = *reinterpret_cast<BwdCombineStorage<Cfg>*>(bulk_memory);
   if constexpr (DW) {
     if (p.dweight_final != nullptr) {
       write_partial<Cfg, false>(t, dw_acc, static_cast<W*>(p.dweight_final) + head_offset, combine);
