@@ -53,15 +53,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
   constexpr bool DW = !is_none<W>;
   constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
-  // A stage: ROWS row slices, each h's slice, then dout's, then dresidual_out's (the
-  // layout's "residual" part); the layout counts STAGES * ROWS such slices.
+  // A stage: ROWS row slices of h's, dout's and dresidual_out's (the layout's
+  // "residual" part) each; the layout counts STAGES * ROWS such slices.
   constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), sizeof(DY) + size_or_zero<DRO>,
                                                 W_SMEM ? size_or_zero<W> : 0, 0, STAGES * ROWS);
   constexpr unsigned RING_BYTES = STAGES * ROWS * L.slice_bytes;
   // write_partial combines the ROWS rows' sums in the ring once every row is done.
   static_assert(ROWS == 1 || Cfg::SLICE_V * VEC * sizeof(float) <= RING_BYTES, "the combine fits the ring");
-  constexpr unsigned DY_AT = L.x_bytes;
-  constexpr unsigned DRO_AT = L.x_bytes + SLICE_ELEMS * sizeof(DY);
+  // Within a stage: the ROWS slices of h, then of dout, then of dresidual_out, so that
+  // a group of whole consecutive rows arrives by one copy per tensor.
+  constexpr unsigned DY_BYTES = SLICE_ELEMS * sizeof(DY);
+  constexpr unsigned DRO_BYTES = SLICE_ELEMS * size_or_zero<DRO>;
+  constexpr unsigned DY_AT = ROWS * L.x_bytes;
+  constexpr unsigned DRO_AT = ROWS * (L.x_bytes + DY_BYTES);
   extern __shared__ __align__(128) unsigned char bulk_memory[];
   __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
   unsigned long long* const stage_full = bulk_barriers;
@@ -79,8 +83,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   const long long groups = (rows_per_head + ROWS - 1) / ROWS;  // the head's row groups, ROWS rows each
   const long long head_offset = head * Cfg::N;
   const long long slice_begin = static_cast<long long>(t.rank) * SLICE_ELEMS;
-  // Row q of stage s's group.
-  auto stage = [&](int s, int q) { return bulk_memory + (s * ROWS + q) * L.slice_bytes; };
+  auto stage = [&](int s) { return bulk_memory + s * ROWS * L.slice_bytes; };
+  // Whether a group's rows lie back to back in every input (one head, rows N apart):
+  // then one copy per tensor brings the group. Otherwise one per row and tensor, which
+  // measured far slower for short rows (a bulk copy's cost is per copy: bf16 N=256, 16
+  // rows a stage, 0.2x copy).
+  const bool packed_rows = ROWS > 1 && heads == 1 && p.shape.rows_inner >= p.shape.rows &&
+                           p.x.stride_inner == Cfg::N && p.dout.stride_inner == Cfg::N &&
+                           (is_none<DRO> || p.dresidual_out.stride_inner == Cfg::N);
   // One thread's copies of the CTA's slices of the head's g-th row group (its rows
   // g * ROWS + q that exist) into stage s.
   auto issue_group = [&](long long g, int s) {
@@ -88,16 +98,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     const long long first = g * ROWS;
     const int count = rows_per_head - first < ROWS ? static_cast<int>(rows_per_head - first) : ROWS;
     mbarrier_expect_bytes(&stage_full[s], count * L.slice_bytes);
+    unsigned char* const at = stage(s);
+    const int copies = packed_rows ? 1 : count;
+    const unsigned rows_each = packed_rows ? static_cast<unsigned>(count) : 1u;
 #pragma unroll 1
-    for (int q = 0; q < count; ++q) {
+    for (int q = 0; q < copies; ++q) {
       const long long r = head + heads * (first + q);
-      unsigned char* const dst = stage(s, q);
-      bulk_load(dst, row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
-      bulk_load(dst + DY_AT, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, SLICE_ELEMS * sizeof(DY),
+      bulk_load(at + q * L.x_bytes, row_ptr<X>(p.x, p.shape, r) + slice_begin, rows_each * L.x_bytes,
+                &stage_full[s]);
+      bulk_load(at + DY_AT + q * DY_BYTES, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, rows_each * DY_BYTES,
                 &stage_full[s]);
       if constexpr (!is_none<DRO>)
-        bulk_load(dst + DRO_AT, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
-                  SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
+        bulk_load(at + DRO_AT + q * DRO_BYTES, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
+                  rows_each * DRO_BYTES, &stage_full[s]);
     }
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
@@ -123,9 +136,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   // shared slice when cached.
   auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = t.slice_vector(k);
-    const unsigned char* const at = stage(s, t.sub);
-    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + v * 16);
-    const auto dp = *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + v * (VEC * sizeof(DY)));
+    const unsigned char* const at = stage(s);
+    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + t.sub * L.x_bytes + v * 16);
+    const auto dp =
+        *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + t.sub * DY_BYTES + v * (VEC * sizeof(DY)));
     if (w_cached) {
       row.expand_packed(w_smem[v], hp, dp, xh, g, d);
     } else {
@@ -208,7 +222,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       expand_item(row, s, k, xh, gv, d);
       typename Row::DroPacked dro{};
       if constexpr (!is_none<DRO>)
-        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s, t.sub) + DRO_AT +
+        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT + t.sub * DRO_BYTES +
                                                                 t.slice_vector(k) * (VEC * size_or_zero<DRO>));
       row.store_dx(t.column(k), xh, gv, means, dro);
     });
