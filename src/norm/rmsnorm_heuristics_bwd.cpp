@@ -549,15 +549,14 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
   std::optional<BulkRingShape> shape =
       bulk_ring_shape(in, nv, std::int64_t{vec} * (in.x_bytes + rest_bytes), kBulkBackwardStageBytes);
   if (!shape) return planned;
-  // Short rows (the CTA's threads, 512 unless cta=, at least twice the row's vectors):
-  // a stage of several whole rows, ept= columns a thread (one vector unless given),
-  // the row's threads a power of two; the CTA keeps its thread count.
+  // Rows of one CTA: ept= columns a thread (one vector unless given), the row's
+  // threads a power of two up to the CTA's (512 unless cta=), and a stage of as many
+  // whole rows as the CTA then holds (short rows take several without ept=).
   const std::int64_t cta = in.forced_cta_threads ? in.forced_cta_threads : 512;
   int rows = 1;
-  if (shape->cluster == 1 && !in.forced_cluster && cta >= 2 * nv) {
-    const std::int64_t items = in.forced_elems_per_thread ? std::max(1, in.forced_elems_per_thread / vec) : 1;
-    const std::int64_t tpr = next_pow2((nv + items - 1) / items);
-    if (tpr > cta || cta / tpr < 2) return planned;
+  const std::int64_t items = in.forced_elems_per_thread ? std::max(1, in.forced_elems_per_thread / vec) : 1;
+  const std::int64_t tpr = next_pow2((nv + items - 1) / items);
+  if (shape->cluster == 1 && !in.forced_cluster && tpr <= cta && (in.forced_elems_per_thread || cta >= 2 * nv)) {
     rows = static_cast<int>(cta / tpr);
     shape->threads = static_cast<int>(tpr);
     shape->items = (nv + tpr - 1) / tpr;
