@@ -81,11 +81,14 @@ int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, boo
 
 namespace {
 
-// The bulk ring asked for where it measured faster, as row=bulk would ask for it.
+// The bulk ring asked for where it measured faster, as row=bulk would ask for it (and
+// the backward's short rows with their ept=).
 RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
-  if (!(in.backward ? bulk_backward_rows_measured(in) : bulk_rows_measured(in))) return in;
+  const int short_ept = in.backward ? bulk_backward_short_rows_ept(in) : 0;
+  if (!short_ept && !(in.backward ? bulk_backward_rows_measured(in) : bulk_rows_measured(in))) return in;
   RowPlanInputs out = in;
   out.forced_bulk_rows = true;
+  if (short_ept) out.forced_elems_per_thread = short_ept;
   return out;
 }
 

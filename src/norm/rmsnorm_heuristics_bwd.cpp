@@ -538,6 +538,35 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
   return in.n >= (dro ? 131072 : 65536);
 }
 
+// Short bf16 rows, several whole rows a stage of one 512-thread CTA an SM. H200, M*N =
+// 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=row=bulk,ept=..., one run
+// each in one call (scripts/plan_cases/backward-short-bulk-rows.txt at f78a5db,
+// docs/perf/h200-2026-12-01d.md), weight (and bias) and dresidual_out of x's dtype:
+//   LayerNorm without dresidual_out, ept=32 (four vectors a thread): N=512-8192
+//   0.841/0.853/0.834/0.838/0.827 -> 0.885/0.885/0.865/0.882/0.868 (N=256 0.850 ->
+//   0.846: not planned);
+//   LayerNorm with it, ept=16: N=256-8192 0.839/0.824/0.796/0.856/0.864/0.899 ->
+//   0.942/0.949/0.923/0.923/0.929/0.966;
+//   RMSNorm without it, ept=16: N=8192 0.900 -> 0.948 (N=256-4096 0.6-4 % slower);
+//   RMSNorm with it, ept=16: N=1024-4096 0.938/0.939/0.938 -> 0.971/0.967/0.962
+//   (N=256-512 and 8192 1-3 % slower).
+// One vector a thread (several rows of 128-512 threads) measured 0.54-0.77x: a stage's
+// latency (its wait, two passes, the reduction, the barrier that frees it) bounds one
+// CTA, and more columns a thread give each stage more bytes. Two 256-thread CTAs an SM
+// (cta=256,minb=2) or four of 128 were no faster than one of 512 at these ept.
+// Not measured, so not planned: fp16, fp32 (their register rows already reach
+// 0.92-1.0x), N between powers of two, N < 256.
+int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
+  const bool dro = in.residual;
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.x_bytes != 2 || in.x_fp16 || in.n < 256 ||
+      in.n > 8192 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
+      in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
+    return 0;
+  if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
+  if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;
+  return in.n == 8192 ? 16 : 0;
+}
+
 RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int dro_bytes = in.dresidual_out_bytes;
   if (!in.forced_bulk_rows || !in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||

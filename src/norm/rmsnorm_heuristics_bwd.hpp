@@ -104,4 +104,9 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
 // refuses it).
 bool bulk_backward_rows_measured(const RowPlanInputs& in);
 
+// The same for short bf16 rows (N=256-8192, powers of two), which the ring takes as
+// several whole rows a stage: the columns a thread (ept=) it measured fastest at, or
+// 0 where the plan's own rows stay.
+int bulk_backward_short_rows_ept(const RowPlanInputs& in);
+
 }  // namespace normkit::norm::detail

@@ -70,8 +70,8 @@ def test_backward_bulk_rows(override, op, with_res, xdt, wdt, m, n):
 # Short rows, several a stage (tests/cpp/test_backward_bulk_rows.cpp's
 # BackwardBulkShortRowsTakeSeveralRowsAStage): 16 rows of one warp (N=256), four rows
 # of 128 threads (N=1024, M not a multiple of four: the last group a row short), two
-# rows of 256 threads with 64 idle (N=1536), fp32 rows two a stage; ept=16 (two
-# vectors a thread), two 256-thread CTAs an SM.
+# rows of 256 threads with 64 idle (N=1536), fp32 rows two a stage; ept=16 and 32
+# (two and four vectors a thread, as the plans take them), two 256-thread CTAs an SM.
 SHORT_SHAPES = [
     pytest.param(BF16, 4099, 256, id="bf16-N256"),
     pytest.param(BF16, 3001, 1024, id="bf16-N1024"),
@@ -80,12 +80,23 @@ SHORT_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,ept=16", "row=bulk,cta=256,minb=2"])
+@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,ept=16", "row=bulk,ept=32", "row=bulk,cta=256,minb=2"])
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "dresidual_out"])
 @pytest.mark.parametrize("xdt,m,n", SHORT_SHAPES)
 def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
     test_backward_bulk_rows(override, op, with_res, xdt, xdt, m, n)
+
+
+# The plans' own short bulk rows (bulk_backward_short_rows_ept: bf16 at N=256-8192,
+# not calls of few rows, so M * N > 2^23), unforced: LayerNorm at ept=16 (with
+# dresidual_out) and 32 (without), RMSNorm at 16; M leaves the last group short.
+@pytest.mark.parametrize("op,with_res,n", [
+    ("layernorm", False, 1024), ("layernorm", True, 1024), ("layernorm", False, 8192), ("layernorm", True, 256),
+    ("rmsnorm", True, 2048), ("rmsnorm", False, 8192)])
+def test_backward_short_rows_own_plan(op, with_res, n):
+    m = (1 << 23) // n + 5
+    test_backward_bulk_rows("", op, with_res, BF16, BF16, m, n)
 
 
 def test_backward_bulk_rows_per_head():
