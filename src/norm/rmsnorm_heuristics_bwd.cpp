@@ -597,13 +597,17 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
   // fp16's conversions take more: LayerNorm fp16 N=16384 (one 512-thread CTA, 64
   // floats of sums under 128 registers) spilled 24 bytes under NVRTC 13.2; bf16 clean.
   const std::int64_t sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
-  const std::int64_t others = in.x_fp16 ? 72 : 56;
-  if (shape->items > 16 || shape->items * vec * sums > shape->register_cap - others) return planned;
+  // A weight read from global memory per row (its slice not beside the stages) takes
+  // ~16 more: LayerNorm bf16 N=8192 with dresidual_out in two 256-thread CTAs an SM (64
+  // floats of sums under 128 registers) spilled 24-72 bytes (NVRTC 13.2 and 13.0) where
+  // the same sums with the weight in shared memory compiled clean (N=262144, 512 threads).
   const int slice_v = static_cast<int>(shape->slice_v);
   const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes, in.weight_bytes, 0, 1);
   const BulkRingStages stages =
       bulk_ring_stages(in, *shape, std::int64_t{rows} * one.slice_bytes, one.params_bytes, true, kBulkBackwardMaxStages);
   if (stages.stages == 0) return planned;
+  const std::int64_t others = (in.x_fp16 ? 72 : 56) + (in.weight_bytes > 0 && !stages.params_smem ? 16 : 0);
+  if (shape->items > 16 || shape->items * vec * sums > shape->register_cap - others) return planned;
   RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
   p.rows = rows;
   p.row_sums = true;  // the kernel sums dw/db itself

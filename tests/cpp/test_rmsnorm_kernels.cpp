@@ -197,6 +197,7 @@ TEST_F(RmsNormKernelSweep, SharedMemorySumsBackwardCompilesWithoutSpills) {
           if (center) b.dbias = f32;
           if (residual) b.dresidual_out = bf16;
           b.center = center;
+          b.plan_override = register_rows();  // sm_90's bulk ring takes some by itself
           b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
           // N=8192 without db keeps its sums in registers, except RMSNorm's with
           // dresidual_out on sm_90 (test_backward_plan_kernels.cpp)
@@ -245,6 +246,7 @@ TEST_F(RmsNormKernelSweep, AsyncRowsBackwardCompilesWithoutSpills) {
             if (dbias) b.dresidual = f32;  // both residual gradients' dtypes, once each
             b.center = center;
             b.smem_sums_allowed = false;  // LayerNorm N=4096 takes them on sm_90 (smem_sums32)
+            b.plan_override = register_rows();  // sm_90's bulk ring takes some by itself
             b.plan = fit_to_device(plan_bwd(b, 8, arch_of(target)), n, 132);
             // sm_90's LayerNorm rows with dresidual_out alone up to N=2048 take plain
             // register rows instead (with_plain16_rows; their kernels:

@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   const RowThread<Cfg> t = RowThread<Cfg>::make();
+  const int sub = ROWS == 1 ? 0 : t.sub;  // the thread's row of a stage's group
   const long long heads = p.shape.heads;
   const long long head = blockIdx.y;
   const long long part = blockIdx.x / CLUSTER;
@@ -96,10 +97,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   auto issue_group = [&](long long g, int s) {
     if (g >= groups) return;
     const long long first = g * ROWS;
-    const int count = rows_per_head - first < ROWS ? static_cast<int>(rows_per_head - first) : ROWS;
+    const int count = ROWS == 1 || rows_per_head - first >= ROWS ? ROWS : static_cast<int>(rows_per_head - first);
     mbarrier_expect_bytes(&stage_full[s], count * L.slice_bytes);
     unsigned char* const at = stage(s);
-    const int copies = packed_rows ? 1 : count;
+    const int copies = ROWS == 1 || packed_rows ? 1 : count;
     const unsigned rows_each = packed_rows ? static_cast<unsigned>(count) : 1u;
 #pragma unroll 1
     for (int q = 0; q < copies; ++q) {
@@ -137,9 +138,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = t.slice_vector(k);
     const unsigned char* const at = stage(s);
-    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + t.sub * L.x_bytes + v * 16);
+    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + sub * L.x_bytes + v * 16);
     const auto dp =
-        *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + t.sub * DY_BYTES + v * (VEC * sizeof(DY)));
+        *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY)));
     if (w_cached) {
       row.expand_packed(w_smem[v], hp, dp, xh, g, d);
     } else {
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 
   // The statistics of the thread's row of group g, loaded a group ahead.
   auto stats_of = [&](long long g, float& rstd, float& mean) {
-    const long long j = g * ROWS + t.sub;
+    const long long j = g * ROWS + sub;
     if (g >= groups || j >= rows_per_head) return;
     const long long r = head + heads * j;
     rstd = p.rstd[r];
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   unsigned phase = 0;  // (i / STAGES) % 2, the parity of that stage's use
   for (long long g = part; g < groups; g += parts) {
     // A group past the head's last row leaves its threads idle but at every barrier.
-    const long long j = g * ROWS + t.sub;
+    const long long j = g * ROWS + sub;
     const bool active = ROWS == 1 || j < rows_per_head;
     const long long r = head + heads * (active ? j : g * ROWS);
     const float rstd = rstd_next, mean = mean_next;
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     constexpr int WIDTH = Cfg::TPR < 32 ? Cfg::TPR : 32;
 #pragma unroll
     for (int q = 0; q < K; ++q) sums[q] = group_sum<WIDTH>(sums[q]);
-    if constexpr (Cfg::TPR > 32) warp_partials_sum(sums, t.sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+    if constexpr (Cfg::TPR > 32) warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
     if constexpr (CLUSTER > 1) {
       if (step == 0) row_sums_walk_ready<CLUSTER>();
       cluster_push_partials(sums, 0, t.lane, cluster_pushes, step);
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       expand_item(row, s, k, xh, gv, d);
       typename Row::DroPacked dro{};
       if constexpr (!is_none<DRO>)
-        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT + t.sub * DRO_BYTES +
+        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                                 t.slice_vector(k) * (VEC * size_or_zero<DRO>));
       row.store_dx(t.column(k), xh, gv, means, dro);
     });
