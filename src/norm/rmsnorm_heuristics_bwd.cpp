@@ -555,10 +555,11 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
 // CTA, and more columns a thread give each stage more bytes. Two 256-thread CTAs an SM
 // (cta=256,minb=2) or four of 128 were no faster than one of 512 at these ept.
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
-// 0.92-1.0x), N between powers of two, N < 256.
+// 0.92-1.0x), N between powers of two, N < 256, per-head weights.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
-  if (in.any_forced() || in.arch != 90 || in.few_rows || in.x_bytes != 2 || in.x_fp16 || in.n < 256 ||
+  // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.many_heads || in.x_bytes != 2 || in.x_fp16 || in.n < 256 ||
       in.n > 8192 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
       in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
     return 0;

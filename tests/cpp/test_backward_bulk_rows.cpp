@@ -92,6 +92,11 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
           EXPECT_EQ(plan_bwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
           RmsBwdSpec dres = norm_bwd_spec(n, x, x, center, true, /*dres=*/true);
           EXPECT_EQ(plan_bwd(dres, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
+          if (ept) {  // per-head weights: a group's rows not consecutive
+            RmsBwdSpec heads = norm_bwd_spec(n, x, x, center, dro);
+            heads.many_heads = true;
+            EXPECT_EQ(plan_bwd(heads, 8, 90).bulk_stages, 0) << n;
+          }
           RmsBwdSpec no_grads = norm_bwd_spec(n, x, x, center, dro);
           no_grads.weight.reset();
           no_grads.dbias.reset();
