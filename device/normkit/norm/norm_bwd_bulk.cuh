@@ -29,6 +29,10 @@
 // 128-thread CTAs an SM, no next row in flight: ncu at N=2048, 74 % of DRAM
 // bandwidth, 0.83-0.86x copy); here registers hold only the sums, the ring keeps
 // the loads in flight, and one CTA an SM writes a quarter of the fp32 partials.
+// Measured (docs/perf/h200-2026-12-01d.md): a stage's latency bounds the one CTA, so
+// short rows want two to four vectors a thread (0.87-0.95x copy for LayerNorm bf16,
+// 3-16 % over the register rows) and lose at one (0.54-0.77x); one copy per row
+// instead of per group of rows lost far more (0.2-0.5x at N=256-2048).
 #pragma once
 
 #include "normkit/common/async_copy.cuh"
