@@ -24,7 +24,8 @@
 // register rows from N=32768 (LayerNorm from 16384) without dresidual_out, and for
 // LayerNorm with it; the plans take it there (bulk_backward_rows_measured).
 // Short rows (ROWS > 1, no cluster): a stage holds ROWS whole rows, one per group of
-// TPR threads, copied by one bulk copy per row and tensor. LayerNorm's 16-bit short
+// TPR threads, copied by one bulk copy per tensor where the rows are consecutive (one
+// per row and tensor otherwise). LayerNorm's 16-bit short
 // rows held h, dout and two sets of dw/db sums in registers (127 registers, four
 // 128-thread CTAs an SM, no next row in flight: ncu at N=2048, 74 % of DRAM
 // bandwidth, 0.83-0.86x copy); here registers hold only the sums, the ring keeps
