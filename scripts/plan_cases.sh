@@ -6,8 +6,9 @@
 # row checked against the fp32 reference by the benchmark before it is timed.
 #   usage: NORMKIT_COMMIT=<hash> [ROUNDS=2] [CASE_S=60] bash scripts/plan_cases.sh scripts/plan_cases/<file>.txt
 # Cases file: one case a line, `label ; override ; normkit bench flags`, where override
-# is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, or `-`
-# for the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
+# is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, `env:NAME=VALUE`
+# (a NORMKIT_ switch of the README's table set for the case, e.g. env:NORMKIT_GROUP_ROWS=0),
+# or `-` for the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
 # case's runs are spread over the call.
 # $OUT: plan_cases.jsonl (one line per case, round and normkit row: label, override,
 # round, op, direction, dtype, residual, M, N, status, ratio_to_copy, us, reason),
@@ -32,12 +33,13 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     label=$(trim "$label"); override=$(trim "${override:-}")
     [ -z "$label" ] || [ "${label:0:1}" = "#" ] && continue
     [ "$override" = "-" ] && override=""
-    fwd_plan=$override bwd_plan=""
+    fwd_plan=$override bwd_plan="" switch=()
     if [ "${override#bwd:}" != "$override" ]; then fwd_plan="" bwd_plan=${override#bwd:}; fi
+    if [ "${override#env:NORMKIT_}" != "$override" ]; then fwd_plan="" switch=("${override#env:}"); fi
     echo "=== round $round: $label (${override:-own plan}) at ${SECONDS}s"
     rm -rf /tmp/plan-case
     # shellcheck disable=SC2086  # flags is a list
-    (cd /tmp && NORMKIT_FORWARD_PLAN="$fwd_plan" NORMKIT_BACKWARD_PLAN="$bwd_plan" NORMKIT_ASSERT_NO_SPILLS=1 \
+    (cd /tmp && env "${switch[@]}" NORMKIT_FORWARD_PLAN="$fwd_plan" NORMKIT_BACKWARD_PLAN="$bwd_plan" NORMKIT_ASSERT_NO_SPILLS=1 \
       NORMKIT_CACHE_DIR=/tmp/plan-cases-cache \
       timeout -s INT "${CASE_S:-60}" python3 -m normkit bench $flags --peers none --host-calls 0 --no-plot \
       --out /tmp/plan-case >/tmp/plan-case.log 2>&1)

@@ -84,6 +84,11 @@ std::int64_t resident_groups(rt::Runtime& runtime, const rt::LoadedKernel& kerne
 }  // namespace
 
 namespace {
+// Slices (CTAs of a group) of a row of n elements under a grouped plan (RowPlan::group_stages).
+std::int64_t group_slices(const RowPlan& plan, std::int64_t n) {
+  return n / plan.vec / (std::int64_t{plan.tpr} * plan.split_items);
+}
+
 struct FwdKernel {
   RowPlan plan;
   rt::LoadedKernel kernel;
@@ -128,20 +133,45 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   const rt::CallSwitches switches = runtime.switches();
   spec.params_smem_allowed = switches.params_smem;
   spec.plan_override = switches.forward_plan;
+  // The in-place fused add (residual_out is residual) takes no grouped rows: a CTA
+  // whose wait timed out re-reads the row's residual, which the others may have
+  // overwritten by then. NORMKIT_GROUP_ROWS=0 takes none at all.
+  const bool in_place = a.residual.present() && a.residual_out.data == a.residual.data;
+  spec.group_rows_allowed = !in_place && switches.group_rows;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
                         (spec.center ? 1LL << 25 : 0) | (spec.few_rows ? 1LL << 26 : 0) |
-                        (spec.decode_rows ? 1LL << 27 : 0),
+                        (spec.decode_rows ? 1LL << 27 : 0) | (spec.group_rows_allowed ? 1LL << 28 : 0),
                     spec.n,
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
                     0};
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
-    spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
-    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
+    const int arch = runtime.target_for_device(device).arch;
+    spec.plan = plan_fwd(spec, limit.vec, arch);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
+    if (spec.plan.group_stages > 0) {
+      // A group's CTAs wait for each other: the device must hold one group at once,
+      // and the slots come from its memory pool. Otherwise the plan without it.
+      const std::int64_t slices = group_slices(spec.plan, a.shape.n);
+      const bool pools = runtime.memory_pools_supported(device);
+      found->resident_groups =
+          pools ? resident_groups(runtime, found->kernel, spec.plan, spec.plan.smem_bytes) / slices : 0;
+      if (found->resident_groups < 1) {
+        rt::warn_once(std::string(kind.fwd_name) + ":group:" + std::to_string(a.shape.n),
+                      std::string(kind.fwd_name) + ": rows of N=" + std::to_string(a.shape.n) + " planned as " +
+                          spec.plan.str() + " need " +
+                          (pools ? std::to_string(slices) + " CTAs resident at once, more than this device holds"
+                                 : std::string("the device's memory pools (cuMemAllocAsync), which it lacks")) +
+                          "; planned without grouped rows (slower there)");
+        spec.group_rows_allowed = false;
+        spec.plan = plan_fwd(spec, limit.vec, arch);
+        found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
+      }
+    }
+    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
     if (spec.plan.prefetch || spec.plan.bulk_stages)
       found->resident_groups = resident_groups(runtime, found->kernel, spec.plan,
                                                spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
@@ -171,15 +201,34 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   // The pipelined kernel and the bulk ring walk rows: as many row groups as the
   // device holds at once, each taking every resident_groups-th group of rows.
   std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
-  if (plan.prefetch || plan.bulk_stages) groups = std::min(groups, found->resident_groups);
-  cfg.grid.x = checked_grid(groups * plan.cluster, kind.fwd_name);
+  if (plan.prefetch || plan.bulk_stages || plan.group_stages) groups = std::min(groups, found->resident_groups);
+  const std::int64_t ctas_per_group = plan.group_stages ? group_slices(plan, a.shape.n) : plan.cluster;
+  cfg.grid.x = checked_grid(groups * ctas_per_group, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
-  if (plan.params_smem || plan.smem_row || plan.bulk_stages) cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
+  if (plan.params_smem || plan.smem_row || plan.bulk_stages || plan.group_stages)
+    cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.pdl = found->pdl;
   void* args[] = {&p};
-  runtime.launch(found->kernel, cfg, args);
+  if (!plan.group_stages) {
+    runtime.launch(found->kernel, cfg, args);
+    return;
+  }
+  // Grouped rows: one 64-bit slot a (row, slice), zeroed, from the stream's memory
+  // pool (stream-ordered, so a CUDA graph captures it as allocation nodes) and given
+  // back after the kernel.
+  const std::size_t slots = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(ctas_per_group);
+  p.group_slots = static_cast<unsigned long long*>(runtime.alloc_async(device, slots * 8, a.stream));
+  p.sync_timeout_ns = static_cast<unsigned>(runtime.switches().sync_timeout_us * 1000ull);
+  try {
+    runtime.zero_async(device, p.group_slots, 2 * slots, a.stream);
+    runtime.launch(found->kernel, cfg, args);
+  } catch (...) {
+    runtime.free_async(device, p.group_slots, a.stream);
+    throw;
+  }
+  runtime.free_async(device, p.group_slots, a.stream);
 }
 
 namespace {

@@ -64,6 +64,7 @@ std::string RowPlan::str() const {
          (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
          (weight_smem ? " weight_smem" : "") + (l2_next ? " l2_next" : "") +
          (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
+         (group_stages ? " group=" + std::to_string(group_stages) + " items=" + std::to_string(split_items) : "") +
          " minb=" + std::to_string(min_blocks);
 }
 
@@ -97,8 +98,8 @@ RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
 RowPlan plan_rows(const RowPlanInputs& given) {
   NK_CHECK(given.n >= 1, "plan_rows: n must be >= 1");
   // The bulk ring's measured rows first: the other measured rules leave such calls alone.
-  const RowPlanInputs in =
-      with_forward_elems(with_staged_rows(with_decode_rows(with_plain16_rows(with_measured_bulk_rows(given)))));
+  const RowPlanInputs in = with_forward_elems(
+      with_staged_rows(with_decode_rows(with_plain16_rows(with_measured_bulk_rows(with_measured_group_rows(given))))));
   RowPlan p;
   // Widest vector that (a) every tensor's alignment allows, (b) divides N, and
   // (c) keeps the row input's access at <= 16 bytes (the widest LDG).
@@ -598,8 +599,9 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return with_bulk_backward_rows(with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in),
-                                 in);
+  return with_group_rows(
+      with_bulk_backward_rows(with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in), in),
+      in);
 }
 
 }  // namespace normkit::norm::detail

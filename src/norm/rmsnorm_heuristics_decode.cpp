@@ -35,7 +35,8 @@ namespace normkit::norm::detail {
 RowPlanInputs with_decode_rows(const RowPlanInputs& in) {
   if (in.backward || !in.few_rows || in.arch != 90 || (in.n != 4096 && in.n != 8192) || !in.weight_as_x ||
       (in.x_bytes != 2 && in.x_bytes != 4) || in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread ||
-      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_bulk_rows)
+      in.forced_cta_threads || in.forced_min_blocks || in.forced_no_prefetch || in.forced_bulk_rows ||
+      in.forced_group_rows)
     return in;
   RowPlanInputs out = in;
   if (in.x_bytes == 2 && in.n == 4096) {

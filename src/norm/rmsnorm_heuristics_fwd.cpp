@@ -149,7 +149,7 @@ constexpr std::int64_t kSmemRowBudget = kSmemPerSm - kSmemPerCta;
 RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.weight_as_x || in.weight_bytes == 0 ||
       in.max_vec * in.x_bytes < 16 || in.forced_elems_per_thread || in.forced_cta_threads || in.forced_min_blocks ||
-      in.forced_no_prefetch || in.forced_smem_row > 0 || in.forced_bulk_rows)
+      in.forced_no_prefetch || in.forced_smem_row > 0 || in.forced_bulk_rows || in.forced_group_rows)
     return in;
   RowPlanInputs out = in;
   MeasuredShape shape = measured_long_rows(in);
@@ -170,7 +170,8 @@ RowPlanInputs with_staged_rows(const RowPlanInputs& in) {
   if (in.backward || in.few_rows || in.arch != 90 || !in.center || in.residual_bytes != 4 || in.x_bytes != 4 ||
       in.weight_bytes != 4 || (in.bias && in.bias_bytes != 4) || in.max_vec * in.x_bytes < 16 ||
       in.n <= 16384 || in.n > 131072 || in.forced_elems_per_thread || in.forced_cta_threads ||
-      in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row || in.forced_bulk_rows)
+      in.forced_min_blocks || in.forced_no_prefetch || in.forced_smem_row || in.forced_bulk_rows ||
+      in.forced_group_rows)
     return in;
   RowPlanInputs out = in;
   out.forced_smem_row = 1;

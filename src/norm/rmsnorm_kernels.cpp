@@ -25,6 +25,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_smem_row = o.smem_row;
   in.forced_bulk_rows = o.bulk_rows;
   in.forced_bulk_stages = o.bulk_stages;
+  in.forced_group_rows = o.group_rows;
   in.forced_weight_smem = o.weight_smem;
   in.forced_l2_next = o.l2_next;
 }
@@ -100,6 +101,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.weight_bytes = s.weight ? static_cast<int>(dtype_size(*s.weight)) : 0;
   in.bias_bytes = s.bias ? static_cast<int>(dtype_size(*s.bias)) : 0;
   in.params_smem_allowed = s.params_smem_allowed;
+  in.group_rows_allowed = s.group_rows_allowed;
   in.store_stats = s.store_rstd;
   force_plan(in, s.plan_override);
   return plan_rows(in);
@@ -157,6 +159,13 @@ RmsBwdSources bwd_sources(const RmsBwdSpec& s) {
 
 rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   std::ostringstream e;
+  if (s.plan.group_stages > 0) {
+    e << "nk::norm_fwd_group_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
+      << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
+      << ", " << flag(s.plan.params_smem) << ", " << s.plan.group_stages << ">";
+    return make(family(s.center, "_fwd_group"), "normkit/norm/norm_fwd_group.cuh", e.str());
+  }
   if (s.plan.bulk_stages > 0) {
     e << "nk::norm_fwd_bulk_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", " << device_type(s.bias) << ", " << device_type(s.out) << ", "

@@ -25,6 +25,7 @@ struct RmsFwdSpec {
   bool few_rows = false;    // a call of few rows (kFewRowsForwardElements): latency, not bandwidth
   bool decode_rows = false; // and of at most kDecodeRows rows (RowPlanInputs::decode_rows)
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
+  bool group_rows_allowed = true;   // RowPlanInputs::group_rows_allowed
   rt::PlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::forced_*)
 };
 

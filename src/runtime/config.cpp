@@ -79,17 +79,22 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "row") {
       // regs: the planner's register rows (the backward's: its register, stash or split
       // rows), neither the staged row nor the bulk ring.
-      NK_CHECK(value == "bulk" || value == "regs" || (!backward && value == "smem"), variable, ": row='", value,
-               backward ? "' is not bulk or regs (smem is the forward's)" : "' is not smem, regs or bulk");
+      NK_CHECK(value == "bulk" || value == "regs" || (!backward && (value == "smem" || value == "group")), variable,
+               ": row='", value,
+               backward ? "' is not bulk or regs (smem and group are the forward's)" : "' is not smem, regs, bulk or group");
       o.bulk_rows = value == "bulk";
-      if (!o.bulk_rows) o.smem_row = value == "smem" ? 1 : -1;
+      o.group_rows = value == "group";
+      if (!o.bulk_rows && !o.group_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
                backward ? ", cluster, sums, w, l2, row=bulk or regs, and with row=bulk stages)"
-                        : ", row, and with row=bulk cluster and stages)");
+                        : ", row, with row=bulk cluster and stages, with row=group stages)");
     }
   }
-  NK_CHECK(o.bulk_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk only");
+  NK_CHECK(o.bulk_rows || o.group_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk and row=group only");
+  // The grouped ring keeps two rows between publish and normalize (kGroupLookahead).
+  NK_CHECK(!o.group_rows || o.bulk_stages == 0 || o.bulk_stages >= 4, variable, ": stages='", o.bulk_stages,
+           "' is below 4, the fewest row=group takes");
   NK_CHECK(backward || o.bulk_rows || o.cluster == 0, variable,
            ": cluster= applies to row=bulk only (the forward's other plans choose their own cluster)");
   return o;
@@ -144,6 +149,7 @@ Config Config::from_environment() {
   c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
   c.async_rows = env_switch("NORMKIT_ASYNC_ROWS", c.async_rows);
   c.params_smem = env_switch("NORMKIT_PARAMS_SMEM", c.params_smem);
+  c.group_rows = env_switch("NORMKIT_GROUP_ROWS", c.group_rows);
   c.pdl = env_switch("NORMKIT_PDL", c.pdl);
   c.forward_plan = parse_plan_override("NORMKIT_FORWARD_PLAN", env_string("NORMKIT_FORWARD_PLAN"));
   c.backward_plan = parse_plan_override("NORMKIT_BACKWARD_PLAN", env_string("NORMKIT_BACKWARD_PLAN"));

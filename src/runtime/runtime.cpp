@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 
 #include "compiler.hpp"
@@ -234,7 +235,7 @@ Config Runtime::config() const {
 CallSwitches Runtime::switches() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const Config& c = impl_->config;
-  return CallSwitches{c.smem_sums, c.async_rows, c.params_smem, c.pdl, c.sync_timeout_us, c.forward_plan,
+  return CallSwitches{c.smem_sums, c.async_rows, c.params_smem, c.group_rows, c.pdl, c.sync_timeout_us, c.forward_plan,
                       c.backward_plan};
 }
 
@@ -354,6 +355,32 @@ void Runtime::zero_async(int device, void* pointer, std::size_t words, Stream st
   ContextGuard guard(impl_->context(device));
   NK_CU_CHECK(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(pointer), 0u, words,
                                         static_cast<CUstream>(stream)));
+}
+
+void* Runtime::alloc_async(int device, std::size_t bytes, Stream stream) {
+  ContextGuard guard(impl_->context(device));
+  CUdeviceptr p = 0;
+  NK_CU_CHECK(driver().cuMemAllocAsync(&p, bytes, static_cast<CUstream>(stream)));
+  return reinterpret_cast<void*>(p);
+}
+
+void Runtime::free_async(int device, void* pointer, Stream stream) {
+  if (pointer == nullptr) return;
+  ContextGuard guard(impl_->context(device));
+  NK_CU_CHECK(driver().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(pointer), static_cast<CUstream>(stream)));
+}
+
+bool Runtime::memory_pools_supported(int device) {
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  const DriverApi& d = driver();
+  CUdevice dev = 0;
+  NK_CU_CHECK(d.cuDeviceGet(&dev, device));
+  int supported = 0;
+  NK_CU_CHECK(d.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev));
+  return known[device] = supported != 0;
 }
 
 LoadedKernel Runtime::get(const KernelSource& kernel, int device, Stream stream) {

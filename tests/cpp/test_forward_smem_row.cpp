@@ -47,11 +47,13 @@ TEST(RmsNormPlan, SmemRowOnlyWhenAskedOrMeasured) {
   RmsFwdSpec bf16_weight = norm_fwd_spec(65536, f32, bf16, true, f32, false);
   EXPECT_FALSE(plan_fwd(bf16_weight, 4, 90).smem_row);
   EXPECT_FALSE(smem_row_spec(65536, f32, true, true, "ept=16").plan.smem_row);
-  // row=regs refuses it and keeps the other measured rules: LayerNorm fp32 with a
-  // residual at N=262144 keeps its measured long-row shape (32 elements, 512 threads).
+  // row=regs refuses it (and the grouped rows the plans take there by themselves) and
+  // keeps the other measured rules: LayerNorm fp32 with a residual at N=262144 keeps
+  // its measured long-row shape (32 elements, 512 threads).
   EXPECT_FALSE(smem_row_spec(65536, f32, true, true, "row=regs").plan.smem_row);
-  EXPECT_EQ(smem_row_spec(262144, f32, true, true, "row=regs").plan.str(),
-            smem_row_spec(262144, f32, true, true, "").plan.str());
+  RmsFwdSpec ungrouped = smem_row_spec(262144, f32, true, true, "");
+  ungrouped.group_rows_allowed = false;
+  EXPECT_EQ(smem_row_spec(262144, f32, true, true, "row=regs").plan.str(), plan_fwd(ungrouped, 4, 90).str());
 }
 
 // The slice's bytes (x, and the residual beside it) as dynamic shared memory, and as

@@ -80,6 +80,17 @@ __device__ __forceinline__ void mbarrier_expect_bytes(unsigned long long* bar, u
 #endif
 }
 
+// Orders this thread's (and, after a CTA barrier, the CTA's) earlier generic reads
+// of shared memory before a later bulk copy's writes to it (the async proxy): a
+// stage that threads read is refilled only after this, not over bytes still read.
+__device__ __forceinline__ void fence_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_src, unsigned bytes,
                                           unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -92,7 +92,25 @@ struct NormFwdParams {
   float* rstd;
   float eps;
   float weight_offset;
+  // Grouped rows (norm_fwd_group.cuh): one 64-bit slot per (row, slice), [rows][slices],
+  // zeroed before each launch; a CTA publishes its slice's moments there (group_slot_pack).
+  unsigned long long* group_slots;
+  // Grouped rows: how long a CTA waits for its row's other slices before it computes
+  // them itself (globaltimer ns, below 2^32), as NormBwdParams::sync_timeout_ns.
+  unsigned sync_timeout_ns;
 };
+
+// A slice's (mean, M2) as one 64-bit word that is never 0, so that a zeroed slot
+// reads as "not yet published" and the value is its own flag (no fence, no count):
+// M2 >= 0 (or NaN) has its sign bit free, and it is set. NK_HOST_DEVICE: the host
+// tests check the round trip.
+NK_HOST_DEVICE inline unsigned long long group_slot_pack(unsigned mean_bits, unsigned m2_bits) {
+  return (static_cast<unsigned long long>(m2_bits | 0x80000000u) << 32) | mean_bits;
+}
+NK_HOST_DEVICE inline unsigned group_slot_mean_bits(unsigned long long slot) { return static_cast<unsigned>(slot); }
+NK_HOST_DEVICE inline unsigned group_slot_m2_bits(unsigned long long slot) {
+  return static_cast<unsigned>(slot >> 32) & 0x7fffffffu;
+}
 
 struct NormBwdParams {
   RowsShape shape;

@@ -36,28 +36,6 @@
 
 namespace nk {
 
-// Column chunks of TPR * ITEMS vectors (split_chunks / split_vector in params.cuh).
-template <int N_, int VEC_, int TPR_, int ITEMS_, int MIN_BLOCKS_>
-struct SplitConfig {
-  static constexpr int N = N_;
-  static constexpr int VEC = VEC_;
-  static constexpr int TPR = TPR_;
-  static constexpr int ITEMS = ITEMS_;
-  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
-  static constexpr int NV = N / VEC;
-  static constexpr int CHUNKS = static_cast<int>(split_chunks(NV, TPR, ITEMS));
-  // Every chunk full (the usual power-of-two N): no bounds test, and so no branch
-  // between a load and its use for the compiler to schedule around.
-  static constexpr bool FULL = NV % (TPR * ITEMS) == 0;
-  static_assert(N % VEC == 0, "VEC must divide N");
-  static_assert(TPR % 32 == 0 && (TPR & (TPR - 1)) == 0 && TPR <= 1024, "TPR: whole warps, a power of two");
-
-  __device__ static int vector(int chunk, int k) {
-    return static_cast<int>(split_vector(chunk, k, static_cast<int>(threadIdx.x), TPR, ITEMS));
-  }
-  __device__ static bool in_row(int v) { return FULL || v < NV; }
-};
-
 // A thread's vectors of one row's chunk, kept as loaded (storage dtype).
 template <class Cfg, class X, class DY>
 struct ChunkRegs {

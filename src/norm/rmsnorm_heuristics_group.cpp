@@ -1,0 +1,116 @@
+// with_group_rows and with_measured_group_rows (rmsnorm_heuristics_fwd.hpp): when the
+// forward takes norm_fwd_group_kernel, and in what shape.
+#include <algorithm>
+#include <cstdint>
+
+#include "normkit/norm/params.cuh"
+#include "rmsnorm_heuristics_fwd.hpp"
+
+namespace normkit::norm::detail {
+namespace {
+
+constexpr int kGroupMinStages = 4;  // norm_fwd_group_kernel: kGroupLookahead + 2
+constexpr int kGroupMaxStages = 8;
+constexpr int kGroupMaxSlices = 128;  // a warp reads a row's slots, four a lane
+// Shared memory of a grouped CTA besides its dynamic part: the CTA reduction's
+// partials, the barriers and the fallback's slots (8 bytes a slice), and the 1 KB the
+// driver reserves.
+constexpr std::int64_t kGroupStaticBytes = 2 * 1024;
+
+struct GroupShape {
+  int threads = 256;
+  int items = 2;
+  int blocks = 2;
+};
+
+// H200 (132 SMs), M*N = 2^27, ratio to a device copy of the same bytes, from the
+// standalone prototype of this kernel (proto/vring2_fwd.cu, docs/perf/h200-2026-12-01e.md;
+// weight, bias and residual of x's dtype) against the sweep at 30a8ca0:
+//   RMSNorm fp32 with a residual: 512 threads, 2 vectors, 1 CTA an SM 0.931 / 0.928 at
+//     N=32768 / 65536 (plan 0.920 / 0.904); 256, 2, 2: 0.934 at N=262144 (0.709);
+//     at N=131072 0.929-0.936 against the bulk ring's 0.938, left to it;
+//   LayerNorm fp32 with a residual: 256, 2, 2: 0.913 / 0.911 at N=32768 / 65536 (0.898 /
+//     0.897); 256, 2, 3 (parameters from global memory): 0.917 at N=262144 (0.680);
+//     at N=131072 0.901-0.919 against 0.926, left;
+//   LayerNorm fp32 without one: 256, 4, 3: 0.847-0.854 at N=131072-262144 (0.843, 0.717).
+// Level or slower: bf16 rows (RMSNorm 0.80-0.86, LayerNorm 0.65-0.84, with a residual
+// 0.81-0.91, against 0.84-0.95), RMSNorm fp32 without a residual (0.90-0.92 against 0.92-0.93).
+std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
+  if (in.any_forced() || in.backward || in.arch != 90 || in.few_rows || !in.group_rows_allowed ||
+      in.x_bytes != 4 || in.max_vec * in.x_bytes < 16 || in.weight_bytes != in.x_bytes || in.bias != in.center ||
+      (in.bias && in.bias_bytes != in.x_bytes) ||
+      (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
+    return std::nullopt;
+  std::optional<GroupShape> shape;
+  if (!in.center && in.residual) {
+    if (in.n >= 32768 && in.n <= 65536) shape = GroupShape{512, 2, 1};
+    if (in.n > 131072 && in.n <= 262144) shape = GroupShape{256, 2, 2};
+  } else if (in.center && in.residual) {
+    if (in.n >= 32768 && in.n <= 65536) shape = GroupShape{256, 2, 2};
+    if (in.n > 131072 && in.n <= 262144) shape = GroupShape{256, 2, 3};
+  } else if (in.center) {
+    if (in.n > 65536 && in.n <= 262144) shape = GroupShape{256, 4, 3};
+  }
+  // Only rows that the measured slices tile (as with_group_rows asks).
+  const std::int64_t vec = 16 / in.x_bytes;
+  if (shape && in.n % (std::int64_t{shape->threads} * shape->items * vec) != 0) shape.reset();
+  return shape;
+}
+
+}  // namespace
+
+RowPlanInputs with_measured_group_rows(const RowPlanInputs& in) {
+  const std::optional<GroupShape> shape = group_rows_measured(in);
+  if (!shape) return in;
+  RowPlanInputs out = in;
+  out.forced_group_rows = true;
+  out.forced_cta_threads = shape->threads;
+  out.forced_elems_per_thread = shape->items * (16 / in.x_bytes);
+  out.forced_min_blocks = shape->blocks;
+  return out;
+}
+
+RowPlan with_group_rows(const RowPlan& planned, const RowPlanInputs& in) {
+  const int r_bytes = in.residual ? in.residual_bytes : 0;
+  if (!in.forced_group_rows || !in.group_rows_allowed || in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
+      in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * r_bytes % 16 != 0)
+    return planned;
+  const int vec = 16 / in.x_bytes;
+  GroupShape shape;
+  if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;
+  if (in.forced_elems_per_thread) shape.items = std::max(1, in.forced_elems_per_thread / vec);
+  if (in.forced_min_blocks) shape.blocks = in.forced_min_blocks;
+  const std::int64_t slice_v = std::int64_t{shape.threads} * shape.items;
+  const std::int64_t nv = in.n / vec;
+  if (shape.threads < 64 || nv % slice_v != 0 || nv / slice_v > kGroupMaxSlices) return planned;
+  const int slice_vectors = static_cast<int>(slice_v);
+  const int b_bytes = in.bias ? in.bias_bytes : 0;
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_vectors, vec, in.x_bytes, r_bytes, in.weight_bytes, b_bytes, 1);
+  const std::int64_t budget = kSmemPerSm / shape.blocks - kGroupStaticBytes;
+  auto fitting = [&](bool params_smem) {
+    return std::min<std::int64_t>(kGroupMaxStages,
+                                  (budget - (params_smem ? one.params_bytes : 0)) / std::int64_t{one.slice_bytes});
+  };
+  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : kGroupMinStages;
+  const bool params_smem = in.params_smem_allowed && one.params_bytes > 0 &&
+                           fitting(true) >= std::max<std::int64_t>(wanted, kGroupMinStages + 1);
+  const std::int64_t stages = fitting(params_smem);
+  if (stages < wanted) return planned;
+  RowPlan p;
+  p.vec = vec;
+  p.tpr = shape.threads;
+  p.rows = 1;
+  p.cluster = 1;
+  p.regs = true;  // each row read once (the in-place residual add is safe)
+  p.split_items = shape.items;
+  p.group_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : stages);
+  p.params_smem = params_smem;
+  p.min_blocks = shape.blocks;
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_vectors, vec, in.x_bytes, r_bytes,
+                                                       params_smem ? in.weight_bytes : 0, params_smem ? b_bytes : 0,
+                                                       p.group_stages)
+                                      .total_bytes);
+  return p;
+}
+
+}  // namespace normkit::norm::detail
