@@ -164,7 +164,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
                       std::string(kind.fwd_name) + ": rows of N=" + std::to_string(a.shape.n) + " planned as " +
                           spec.plan.str() + " need " +
                           (pools ? std::to_string(slices) + " CTAs resident at once, more than this device holds"
-                                 : std::string("the device's memory pools (cuMemAllocAsync), which it lacks")) +
+                                 : std::string("memory pools (cuMemAllocFromPoolAsync), which this device lacks")) +
                           "; planned without grouped rows (slower there)");
         spec.group_rows_allowed = false;
         spec.plan = plan_fwd(spec, limit.vec, arch);

@@ -27,7 +27,8 @@ namespace normkit::rt {
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute)            \
   X(cuLaunchKernelEx) X(cuStreamIsCapturing) X(cuStreamCreate) X(cuStreamDestroy)                   \
   X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoHAsync)          \
-  X(cuMemsetD32Async) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuMemsetD32Async) X(cuMemFreeAsync) X(cuMemPoolCreate) X(cuMemPoolSetAttribute) \
+  X(cuMemAllocFromPoolAsync) X(cuOccupancyMaxActiveClusters) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 #define NK_NVRTC_FUNCTIONS(X)                                                                        \
   X(nvrtcVersion) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcGetErrorString)      \

@@ -357,10 +357,38 @@ void Runtime::zero_async(int device, void* pointer, std::size_t words, Stream st
                                         static_cast<CUstream>(stream)));
 }
 
+namespace {
+// Scratch that alloc_async hands out stays in this pool between calls: the default
+// pool gives its memory back at every synchronization (release threshold 0), and
+// mapping it again on the next call took ~50 us of the call's time on the H200
+// (docs/perf/h200-2026-12-01e.md). Our own pool, so the process's default pool
+// keeps its settings.
+constexpr std::uint64_t kScratchPoolKeepBytes = 64ull << 20;
+}  // namespace
+
 void* Runtime::alloc_async(int device, std::size_t bytes, Stream stream) {
   ContextGuard guard(impl_->context(device));
+  const DriverApi& d = driver();
+  static std::mutex mutex;
+  static std::map<int, CUmemoryPool> pools;
+  CUmemoryPool pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = pools.find(device); it != pools.end()) {
+      pool = it->second;
+    } else {
+      CUmemPoolProps props{};
+      props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      props.location.id = device;
+      NK_CU_CHECK(d.cuMemPoolCreate(&pool, &props));
+      std::uint64_t keep = kScratchPoolKeepBytes;
+      NK_CU_CHECK(d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+      pools[device] = pool;
+    }
+  }
   CUdeviceptr p = 0;
-  NK_CU_CHECK(driver().cuMemAllocAsync(&p, bytes, static_cast<CUstream>(stream)));
+  NK_CU_CHECK(d.cuMemAllocFromPoolAsync(&p, bytes, pool, static_cast<CUstream>(stream)));
   return reinterpret_cast<void*>(p);
 }
 

@@ -231,7 +231,9 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr, const void*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void*, CUdeviceptr, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr*, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 
 }  // extern "C"

@@ -131,9 +131,16 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       for (int i = 0; i < VEC; ++i) h[i] += raw_res.get(i);
     }
   };
+  // One CTA barrier a sum: the warps' partials go to alternating slot sets, so a set
+  // is written again only after every thread has passed the next sum's barrier.
+  unsigned sums_taken = 0;
   auto cta_sum = [&](float v) {
     float one[1] = {v};
-    row_sums<1, TPR, 1>(one, 0, static_cast<int>(threadIdx.x), cta_storage);
+    if (sums_taken++ & 1u) {
+      row_sums<1, TPR, 1, true, 1>(one, 0, static_cast<int>(threadIdx.x), cta_storage);
+    } else {
+      row_sums<1, TPR, 1, true, 0>(one, 0, static_cast<int>(threadIdx.x), cta_storage);
+    }
     return one[0];
   };
   // The slice's moments as a slot word (every thread gets it), residual_out stored

@@ -127,11 +127,11 @@ class Runtime {
   // Zeroes `words` 32-bit words of device memory at `pointer` on `stream`
   // (asynchronous; captured like a kernel under CUDA-graph capture).
   void zero_async(int device, void* pointer, std::size_t words, Stream stream);
-  // Scratch of `bytes` bytes of device memory, stream-ordered: from the device's
-  // default memory pool on `stream` (cuMemAllocAsync; captured as an allocation node
-  // under CUDA-graph capture), usable by work queued on `stream` after this call and
-  // given back by free_async on the same stream after that work. For kernels whose
-  // public entry point takes no workspace.
+  // Scratch of `bytes` bytes of device memory, stream-ordered: from a memory pool of
+  // the runtime's own for `device` (cuMemAllocFromPoolAsync; it keeps up to 64 MB
+  // between calls; captured as an allocation node under CUDA-graph capture), usable by
+  // work queued on `stream` after this call and given back by free_async on the same
+  // stream after that work. For kernels whose public entry point takes no workspace.
   void* alloc_async(int device, std::size_t bytes, Stream stream);
   void free_async(int device, void* pointer, Stream stream);
   // Whether `device` has the memory pools alloc_async needs (cached per device).
