@@ -240,18 +240,24 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       const X* xs = reinterpret_cast<const X*>(stage(s));
       const RR* rs = reinterpret_cast<const RR*>(stage(s) + L.x_bytes);
       if (threadIdx.x < 32) {
-        unsigned deadline;
-        asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
-        deadline += p.sync_timeout_ns;
         int late = p.sync_timeout_ns == 0;  // NORMKIT_SYNC_TIMEOUT_US=0: never wait
+        int missing = 0;
 #pragma unroll
-        for (int q = 0; q < SLOTS_PER_LANE; ++q) {
-          const int c = lane + 32 * q;
-          while (c < S && slot[q] == 0 && !late) {
-            asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(slot[q]) : "l"(slot_address(r, c)) : "memory");
-            unsigned now;
-            asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
-            late = static_cast<int>(now - deadline) >= 0 && slot[q] == 0;
+        for (int q = 0; q < SLOTS_PER_LANE; ++q) missing |= lane + 32 * q < S && slot[q] == 0;
+        // The clock only where a slot is still missing (asked a step ahead, most are in).
+        if (missing && !late) {
+          unsigned deadline;
+          asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(deadline));
+          deadline += p.sync_timeout_ns;
+#pragma unroll
+          for (int q = 0; q < SLOTS_PER_LANE; ++q) {
+            const int c = lane + 32 * q;
+            while (c < S && slot[q] == 0 && !late) {
+              asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(slot[q]) : "l"(slot_address(r, c)) : "memory");
+              unsigned now;
+              asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
+              late = static_cast<int>(now - deadline) >= 0 && slot[q] == 0;
+            }
           }
         }
         late = __any_sync(0xffffffffu, late);
@@ -290,7 +296,10 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         }
       }
       O* const out = row_ptr_mut<O>(p.out, p.shape, r) + slice_begin;
-      const long long head_offset = (r % p.shape.heads) * Cfg::N + slice_begin;
+      // Per-head parameters only where they are not in shared memory; a 64-bit
+      // remainder per row and thread is not free (a division routine).
+      const long long head_offset =
+          (params_cached || p.shape.heads == 1 ? 0 : (r % p.shape.heads) * Cfg::N) + slice_begin;
 #pragma unroll
       for (int k = 0; k < Cfg::ITEMS; ++k) {
         const int at = (k * TPR + static_cast<int>(threadIdx.x)) * VEC;
