@@ -66,9 +66,7 @@ TEST(RmsNormPlan, GroupRowsOverrideParses) {
 // out here as the H200 prototype's table gave it: fp32 only.
 TEST(RmsNormPlan, GroupRowsWhereMeasured) {
   auto measured = [](std::int64_t n, DType x, bool center, bool residual) {
-    if (x != f32) return false;
-    if (residual) return n == 32768 || n == 65536 || n == 262144;
-    return center && (n == 131072 || n == 262144);
+    return x == f32 && n == 262144 && (residual || center);
   };
   for (const DType x : {bf16, f32})
     for (std::int64_t n : {4096, 16384, 32768, 65536, 131072, 262144, 524288})
@@ -110,40 +108,40 @@ TEST(RmsNormPlan, GroupRowsWhereMeasured) {
 // The measured shapes: CTA threads, vectors a thread, CTAs per SM, the stages that fit
 // and whether the parameters' slices sit beside them.
 TEST(RmsNormPlan, GroupRowsShape) {
-  // RMSNorm fp32 with a residual N=65536: 512 threads x 2 vectors (16 KB of x, 16 of
-  // the residual a stage), 16 slices, one CTA an SM: (227 - 2 - 16) / 32 = 6 stages and
-  // the weight's 16 KB slice.
-  RowPlan p = group_spec(65536, f32, f32, false, "", f32).plan;
-  EXPECT_EQ(p.tpr, 512) << p.str();
+  // RMSNorm fp32 with a residual N=262144: 256 threads x 2 vectors (8 KB of x, 8 of the
+  // residual a stage), 128 slices, two CTAs an SM: (113.5 - 2 - 8) / 16 = 6 stages beside
+  // the weight's 8 KB slice.
+  RowPlan p = group_spec(262144, f32, f32, false, "", f32).plan;
+  EXPECT_EQ(p.tpr, 256) << p.str();
   EXPECT_EQ(p.split_items, 2);
-  EXPECT_EQ(p.min_blocks, 1);
-  EXPECT_EQ(slices(p, 65536), 16);
+  EXPECT_EQ(p.min_blocks, 2);
+  EXPECT_EQ(slices(p, 262144), 128);
   EXPECT_EQ(p.group_stages, 6);
   EXPECT_TRUE(p.params_smem);
-  EXPECT_EQ(p.smem_bytes, 6 * 32768 + 16384);
-  EXPECT_TRUE(p.regs);  // each row read once: the in-place add's guard passes
-  // N=262144: 256 x 2 (8 KB slices), 128 of them, two CTAs an SM: (113.5 - 2 - 8) / 16 = 6.
-  p = group_spec(262144, f32, f32, false, "", f32).plan;
-  EXPECT_EQ(p.tpr, 256) << p.str();
-  EXPECT_EQ(slices(p, 262144), 128);
-  EXPECT_EQ(p.min_blocks, 2);
-  EXPECT_EQ(p.group_stages, 6);
   EXPECT_EQ(p.smem_bytes, 6 * 16384 + 8192);
-  // LayerNorm with a residual at N=262144: three CTAs an SM, whose 73.7 KB hold four
-  // stages but not five beside the 16 KB of weight and bias: those from global memory.
+  EXPECT_TRUE(p.regs);  // each row read once: the in-place add's guard passes
+  // LayerNorm with a residual: three CTAs an SM, whose 73.7 KB hold four stages but not
+  // five beside the 16 KB of weight and bias: those from global memory.
   p = group_spec(262144, f32, f32, true, "", f32).plan;
   EXPECT_EQ(p.min_blocks, 3) << p.str();
   EXPECT_FALSE(p.params_smem);
   EXPECT_EQ(p.group_stages, 4);
   EXPECT_EQ(p.smem_bytes, 4 * 16384);
-  // LayerNorm without one at N=131072: 256 x 4 vectors (16 KB slices), 32 of them.
-  p = group_spec(131072, f32, f32, true, "").plan;
+  // LayerNorm without one: 256 x 4 vectors (16 KB slices), 64 of them.
+  p = group_spec(262144, f32, f32, true, "").plan;
   EXPECT_EQ(p.split_items, 4) << p.str();
-  EXPECT_EQ(slices(p, 131072), 32);
+  EXPECT_EQ(slices(p, 262144), 64);
   EXPECT_EQ(p.group_stages, 4);
-  // NORMKIT_PARAMS_SMEM=0: no parameter slices, the stages take the room.
+  // row=group with one CTA an SM of 512 threads (16 KB slices of x and of the residual):
+  // (227 - 2 - 16) / 32 = 6 stages beside the weight's slice; NORMKIT_PARAMS_SMEM=0: 7.
+  p = group_spec(65536, f32, f32, false, "row=group,cta=512,minb=1", f32).plan;
+  EXPECT_EQ(slices(p, 65536), 16) << p.str();
+  EXPECT_EQ(p.group_stages, 6);
+  EXPECT_TRUE(p.params_smem);
+  EXPECT_EQ(p.smem_bytes, 6 * 32768 + 16384);
   RmsFwdSpec no_params = norm_fwd_spec(65536, f32, f32, false, f32, true);
   no_params.params_smem_allowed = false;
+  no_params.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=group,cta=512,minb=1");
   const RowPlan q = plan_fwd(no_params, 4, 90);
   EXPECT_FALSE(q.params_smem) << q.str();
   EXPECT_EQ(q.group_stages, 7);  // 225 / 32
