@@ -73,4 +73,15 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   *reinterpret_cast<Packed<T, VEC>*>(p) = pk;
 }
 
+// store_vec at vector index v of `base` (elements v * VEC on), through a Packed
+// pointer: the one wide store. `store_vec(base + v * VEC, ...)` came out as VEC scalar
+// stores in norm_fwd_group_kernel (nvcc 13.0, PTX st.global.f32 x4; the cast's
+// alignment was taken from the element pointer), though not in the other kernels.
+template <int VEC, class T>
+__device__ __forceinline__ void store_vec_at(T* base, long long v, const float (&in)[VEC]) {
+  Packed<T, VEC> pk;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pk.v[i] = from_float<T>(in[i]);
+  reinterpret_cast<Packed<T, VEC>*>(base)[v] = pk;
+}
 }  // namespace nk

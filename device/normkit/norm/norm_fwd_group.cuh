@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
 #pragma unroll
       for (int i = 0; i < VEC; ++i) first_sum += CENTER ? h[i] - shift : h[i] * h[i];
       if constexpr (!is_none<RO>) {
-        if (res_out != nullptr) store_vec<VEC>(res_out + (k * TPR + static_cast<int>(threadIdx.x)) * VEC, h);
+        if (res_out != nullptr) store_vec_at<VEC>(res_out, k * TPR + static_cast<int>(threadIdx.x), h);
       }
     }
     const float first_total = cta_sum(first_sum);
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? h[i] - mean : h[i]) * rstd * w[i] + b[i];
-        store_vec<VEC>(out + at, v);
+        store_vec_at<VEC>(out, at / VEC, v);
       }
       __syncthreads();  // every thread's reads of stage s (and of row_stats) done
       if (threadIdx.x == 0) {
