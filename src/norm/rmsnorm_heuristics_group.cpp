@@ -23,28 +23,27 @@ struct GroupShape {
   int blocks = 2;
 };
 
-// H200 (132 SMs), M*N = 2^27, ratio to a device copy of the same bytes, the plan without
-// grouped rows (NORMKIT_GROUP_ROWS=0) -> grouped, same call, three calls of two runs each
-// (scripts/plan_cases/forward-group-rows-ab.txt, docs/perf/h200-2026-12-01e.md); weight,
-// bias and residual of x's dtype, N=262144:
-//   RMSNorm fp32 with a residual, 256 threads x 2 vectors, 2 CTAs an SM: 0.689-0.708 -> 0.887-0.898;
-//   LayerNorm fp32 with one, 256 x 2, 3 CTAs an SM (parameters from global memory):
-//     0.677-0.679 -> 0.849-0.863;
-//   LayerNorm fp32 without one, 256 x 4, 3 CTAs an SM: 0.710-0.715 -> 0.757-0.773.
-// Slower below (so not planned there): at N=32768-65536 with a residual (RMSNorm 0.76-0.77
-// against 0.90-0.92, LayerNorm 0.79-0.84 against 0.89-0.93), LayerNorm without one at
-// N=131072 (0.77-0.79 against 0.84); level at RMSNorm fp32 N=131072 with a residual and
-// without one anywhere. A standalone prototype of the kernel measured 0.91-0.93 at
-// N=32768-65536 with a residual in the same machine's runs; what the library's kernel does
-// differently there is not yet known (the clock in the stage wait, the timeout path and the
-// parameters' runtime branch were each ruled out).
+// H200 (132 SMs), M*N = 2^27, ratio to a device copy of the same bytes, the plans without
+// grouped rows (NORMKIT_GROUP_ROWS=0) -> grouped, same call, two runs each (b16d814,
+// scripts/plan_cases/forward-group-rows-ab.txt, docs/perf/h200-2026-12-01e.md section 4);
+// weight, bias and residual of x's dtype, N=262144:
+//   RMSNorm fp32 with a residual, 256 threads x 2 vectors, 2 CTAs an SM: 0.698 -> 0.930;
+//   LayerNorm fp32 with one, 256 x 2, 3 CTAs an SM (parameters from global memory): 0.676 -> 0.886;
+//   LayerNorm fp32 without one, 256 x 4, 3 CTAs an SM: 0.717 -> 0.826.
+// Level or slower below N=262144 in the same call (so not planned there): LayerNorm with
+// a residual at N=32768-131072 (0.895-0.898 against 0.896-0.926), without one at
+// N=65536-131072 (0.822-0.843 against 0.840-0.917), RMSNorm with one at N=32768 and
+// 131072 (0.912 / 0.927 against 0.917 / 0.942), RMSNorm without one (the plans own
+// 0.91-0.93 there). RMSNorm fp32 with a residual at N=65536 under 512 threads one CTA an
+// SM measured 0.926 against 0.911: a candidate not yet planned (its own plan not run on
+// the GPU).
 std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
   if (in.any_forced() || in.backward || in.arch != 90 || in.few_rows || !in.group_rows_allowed ||
       in.x_bytes != 4 || in.max_vec * in.x_bytes < 16 || in.weight_bytes != in.x_bytes || in.bias != in.center ||
       (in.bias && in.bias_bytes != in.x_bytes) ||
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return std::nullopt;
-  if (in.n <= 131072 || in.n > 262144) return std::nullopt;
+  if (in.n <= 131072 || in.n > 262144) return std::nullopt;  // measured at N=262144
   std::optional<GroupShape> shape;
   if (in.residual) {
     shape = in.center ? GroupShape{256, 2, 3} : GroupShape{256, 2, 2};

@@ -21,10 +21,12 @@
 //    the CTA's stores in flight) and loads with no count to acquire.
 //  - Warp 0 asks for the slots of the row it normalizes next one whole step
 //    ahead, so the L2 round trip overlaps a step's work.
-// Measured (docs/perf/h200-2026-12-01e.md): fp32 rows at N=262144 with a residual
-// 0.68-0.71 -> 0.85-0.90x copy, LayerNorm's without one 0.71 -> 0.76-0.77; slower than
-// the other plans at N <= 131072, where a standalone prototype of the same design ran
-// at 0.91-0.93 (the difference is not yet understood; rmsnorm_heuristics_group.cpp).
+//  - out and residual_out go out as one 16-byte store a vector (store_vec_at): built as
+//    a cast of the slice's element pointer, they came out as four scalar stores, and the
+//    kernel ran 10-17 % below its standalone prototype until they did not.
+// Measured (docs/perf/h200-2026-12-01e.md): fp32 rows at N=262144, RMSNorm's with a
+// residual 0.70 -> 0.93x copy, LayerNorm's with one 0.68 -> 0.89, without one 0.72 ->
+// 0.83; level with the other plans below (rmsnorm_heuristics_group.cpp).
 //
 // Moments: RMSNorm publishes (0, sum h^2); LayerNorm the slice's mean and M2 from two
 // passes over the stage (the first around a shift, the slice's first h, as the bulk
