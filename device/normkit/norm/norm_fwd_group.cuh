@@ -98,21 +98,11 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       bulk_load(stage(s) + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes,
                 &stage_full[s]);
   };
-  const bool aligned = (reinterpret_cast<unsigned long long>(p.weight) | reinterpret_cast<unsigned long long>(p.bias)) % 16 == 0;
-  const bool params_cached = L.params_bytes > 0 && p.shape.heads == 1 && aligned;
-  const W* w_cached = reinterpret_cast<const W*>(bulk_memory + STAGES * L.slice_bytes);
-  const B* b_cached = reinterpret_cast<const B*>(bulk_memory + STAGES * L.slice_bytes + L.weight_bytes);
+  const auto params = RingParams<VEC, W, B>::make(p, L, bulk_memory + STAGES * L.slice_bytes);
+  const bool params_cached = params.cached;
   if (threadIdx.x == 0) {
     init_bulk_barriers(bulk_barriers);
-    if (params_cached) {
-      mbarrier_expect_bytes(&params_full, L.params_bytes);
-      if constexpr (!is_none<W>)
-        bulk_load(bulk_memory + STAGES * L.slice_bytes, static_cast<const W*>(p.weight) + slice_begin, L.weight_bytes,
-                  &params_full);
-      if constexpr (!is_none<B>)
-        bulk_load(bulk_memory + STAGES * L.slice_bytes + L.weight_bytes, static_cast<const B*>(p.bias) + slice_begin,
-                  L.params_bytes - L.weight_bytes, &params_full);
-    }
+    params.issue(p, L, slice_begin, &params_full);
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) issue_row(s, s);
   }
@@ -309,27 +299,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         const int at = (k * TPR + static_cast<int>(threadIdx.x)) * VEC;
         float h[VEC], w[VEC], b[VEC];
         load_h(xs, rs, k, h);
-        if (params_cached) {
-          if constexpr (!is_none<W>) {
-            const auto wp = load_packed<VEC>(w_cached + at);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
-          } else {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) w[i] = 1.f;
-          }
-          if constexpr (!is_none<B>) {
-            const auto bp = load_packed<VEC>(b_cached + at);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) b[i] = to_float(bp.v[i]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) b[i] = 0.f;
-          }
-        } else {
-          load_param<VEC, W>(p.weight, head_offset, at, p.weight_offset, 1.f, w);
-          load_param<VEC, B>(p.bias, head_offset, at, 0.f, 0.f, b);
-        }
+        params.get(p, at, head_offset, at, w, b);
         float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? h[i] - mean : h[i]) * rstd * w[i] + b[i];

@@ -156,4 +156,59 @@ __device__ __forceinline__ void load_param(const void* base, long long head_offs
   }
 }
 
+// The weight and bias slices of a CTA's share of a row, for the forward's ring kernels
+// (norm_fwd_bulk_kernel, norm_fwd_group_kernel): copied once into shared memory after
+// the stages (one bulk copy each; `L`'s weight_bytes and params_bytes) where the layout
+// has room for them, there is one head and both are 16-byte aligned, as the bulk copy
+// needs; otherwise read from global memory for each vector (load_param).
+template <int VEC, class W, class B>
+struct RingParams {
+  bool cached;
+  const W* w;  // the shared-memory copies (cached only)
+  const B* b;
+
+  __device__ static RingParams make(const NormFwdParams& p, const BulkRowsLayout& L, unsigned char* copies) {
+    const bool aligned =
+        (reinterpret_cast<unsigned long long>(p.weight) | reinterpret_cast<unsigned long long>(p.bias)) % 16 == 0;
+    return RingParams{L.params_bytes > 0 && p.shape.heads == 1 && aligned, reinterpret_cast<const W*>(copies),
+                      reinterpret_cast<const B*>(copies + L.weight_bytes)};
+  }
+  // One thread's copies of the slice that starts at element slice_begin, counted on `full`.
+  __device__ void issue(const NormFwdParams& p, const BulkRowsLayout& L, long long slice_begin,
+                        unsigned long long* full) const {
+    if (!cached) return;
+    mbarrier_expect_bytes(full, L.params_bytes);
+    if constexpr (!is_none<W>)
+      bulk_load(const_cast<W*>(w), static_cast<const W*>(p.weight) + slice_begin, L.weight_bytes, full);
+    if constexpr (!is_none<B>)
+      bulk_load(const_cast<B*>(b), static_cast<const B*>(p.bias) + slice_begin, L.params_bytes - L.weight_bytes, full);
+  }
+  // w (+ weight_offset) and b of the vector at element `at` of the slice, or (not
+  // cached) at element head_offset + col of the parameters; 1 and 0 where absent.
+  __device__ void get(const NormFwdParams& p, int at, long long head_offset, int col, float (&wv)[VEC],
+                      float (&bv)[VEC]) const {
+    if (cached) {
+      if constexpr (!is_none<W>) {
+        const auto wp = load_packed<VEC>(w + at);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) wv[i] = to_float(wp.v[i]) + p.weight_offset;
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) wv[i] = 1.f;
+      }
+      if constexpr (!is_none<B>) {
+        const auto bp = load_packed<VEC>(b + at);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) bv[i] = to_float(bp.v[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) bv[i] = 0.f;
+      }
+    } else {
+      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, wv);
+      load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, bv);
+    }
+  }
+};
+
 }  // namespace nk
