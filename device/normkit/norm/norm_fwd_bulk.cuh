@@ -73,12 +73,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   auto stage = [&](int s) { return bulk_memory + s * L.slice_bytes; };
   // One thread's copy of the CTA's slice of row r into stage s.
   auto issue_row = [&](long long r, int s) {
-    if (r >= p.shape.rows) return;
-    mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
-    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
-    if constexpr (!is_none<R>)
-      bulk_load(stage(s) + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes,
-                &stage_full[s]);
+    if (r < p.shape.rows) copy_row_slices<X, R>(stage(s), p, r, slice_begin, L, &stage_full[s]);
   };
   const auto params = RingParams<VEC, W, B>::make(p, L, bulk_memory + STAGES * L.slice_bytes);
   const bool params_cached = params.cached;

@@ -90,13 +90,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
   auto row_of = [&](long long j) { return first + j * stride; };
   // One thread's copy of this CTA's slice of its j-th row into stage s.
   auto issue_row = [&](long long j, int s) {
-    if (j >= my_rows) return;
-    const long long r = row_of(j);
-    mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
-    bulk_load(stage(s), row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
-    if constexpr (!is_none<R>)
-      bulk_load(stage(s) + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes,
-                &stage_full[s]);
+    if (j < my_rows) copy_row_slices<X, R>(stage(s), p, row_of(j), slice_begin, L, &stage_full[s]);
   };
   const auto params = RingParams<VEC, W, B>::make(p, L, bulk_memory + STAGES * L.slice_bytes);
   const bool params_cached = params.cached;

@@ -156,6 +156,19 @@ __device__ __forceinline__ void load_param(const void* base, long long head_offs
   }
 }
 
+// One thread's bulk copies of a CTA's slices of row r that start at element
+// slice_begin (x's, then the residual's) into stage `dst`, counted on `full`: the
+// forward ring kernels' refill (norm_fwd_bulk_kernel, norm_fwd_group_kernel).
+template <class X, class R>
+__device__ __forceinline__ void copy_row_slices(unsigned char* dst, const NormFwdParams& p, long long r,
+                                                long long slice_begin, const BulkRowsLayout& L,
+                                                unsigned long long* full) {
+  mbarrier_expect_bytes(full, L.slice_bytes);
+  bulk_load(dst, row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, full);
+  if constexpr (!is_none<R>)
+    bulk_load(dst + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes, full);
+}
+
 // The weight and bias slices of a CTA's share of a row, for the forward's ring kernels
 // (norm_fwd_bulk_kernel, norm_fwd_group_kernel): copied once into shared memory after
 // the stages (one bulk copy each; `L`'s weight_bytes and params_bytes) where the layout
