@@ -255,6 +255,11 @@ struct BwdLaunch {
   std::size_t sums_floats = 0;  // the dw/db partials at the start of the workspace
   std::size_t dot_floats = 0;   // split plans: the rows' chunk sums after them
   std::size_t sync_words = 0;   // synced plans: counters at the end of the workspace
+  // Grouped plans: a row's slices (CTAs of a group), and the 64-bit slots of the rows'
+  // slice sums (as 32-bit words) at slots_at (floats; 8-byte aligned) after the partials.
+  std::int64_t slices = 0;
+  std::size_t slots_at = 0;
+  std::size_t slot_words = 0;
   std::size_t workspace = 0;
   // One row-kernel CTA (cluster) per head summing dw in registers, no dbias: it
   // writes dweight itself (NormBwdParams::dweight_final); no reduction launch.
@@ -283,6 +288,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   spec.smem_sums_allowed = switches.smem_sums;
   spec.async_rows_allowed = switches.async_rows;
   spec.many_heads = a.heads > 1;
+  spec.group_rows_allowed = switches.group_rows;
   spec.plan_override = switches.backward_plan;
 
   static KernelMemo<BwdKernels> memo;
@@ -290,26 +296,51 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
                     dtype_code(spec.x) | dtype_code(spec.weight) << 4 | dtype_code(spec.dout) << 8 |
                         dtype_code(spec.dresidual_out) << 12 | dtype_code(spec.dx) << 16 |
                         dtype_code(spec.dresidual) << 20 | dtype_code(spec.dbias) << 24,
-                    (spec.few_rows ? 1 : 0) | (spec.center ? 2 : 0) | (spec.many_heads ? 4 : 0)};
+                    (spec.few_rows ? 1 : 0) | (spec.center ? 2 : 0) | (spec.many_heads ? 4 : 0) |
+                        (spec.group_rows_allowed ? 8 : 0)};
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
     k.sm_count = runtime.device_info(device).sm_count;
     k.pdl = use_pdl(runtime, device);
-    k.plan = spec.plan =
-        fit_to_device(plan_bwd(spec, limit.vec, runtime.target_for_device(device).arch), spec.n, k.sm_count);
+    const int arch = runtime.target_for_device(device).arch;
+    // A group's CTAs wait for each other: the device must hold one group at once
+    // (by its SMs here, by the loaded kernel's occupancy below). Otherwise the plan
+    // without grouped rows, said once.
+    auto without_groups = [&](const std::string& why) {
+      rt::warn_once(std::string(kind.bwd_name) + ":group:" + std::to_string(a.shape.n),
+                    std::string(kind.bwd_name) + ": rows of N=" + std::to_string(a.shape.n) + " planned as " +
+                        spec.plan.str() + " need " + why + "; planned without grouped rows (slower there)");
+      spec.group_rows_allowed = false;
+      spec.plan = fit_to_device(plan_bwd(spec, limit.vec, arch), spec.n, k.sm_count);
+    };
+    spec.plan = fit_to_device(plan_bwd(spec, limit.vec, arch), spec.n, k.sm_count);
+    if (spec.plan.group_stages > 0 &&
+        group_slices(spec.plan, spec.n) > static_cast<std::int64_t>(k.sm_count) * spec.plan.min_blocks)
+      without_groups(std::to_string(group_slices(spec.plan, spec.n)) + " CTAs resident at once, more than " +
+                     std::to_string(k.sm_count) + " SMs x " + std::to_string(spec.plan.min_blocks));
     if (load) {
+      k.rows = runtime.get(bwd_source(spec), device, a.stream);
+      if (spec.plan.group_stages > 0) {
+        const std::int64_t slices = group_slices(spec.plan, spec.n);
+        k.resident_clusters = resident_groups(runtime, k.rows, spec.plan, spec.plan.smem_bytes) / slices;
+        if (k.resident_clusters < 1) {
+          without_groups(std::to_string(slices) + " CTAs resident at once, more than this device holds");
+          k.resident_clusters = 0;
+          k.rows = runtime.get(bwd_source(spec), device, a.stream);
+        }
+      }
       log_plan(kind.bwd_name, a.shape.n, spec.plan,
                spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr);
       const RmsBwdSources sources = bwd_sources(spec);
-      k.rows = runtime.get(sources.rows, device, a.stream);
       if (spec.plan.cluster > 1 && !spec.plan.split)
         k.resident_clusters = resident_groups(runtime, k.rows, spec.plan, spec.plan.smem_bytes);
       if (sources.row_dots) k.row_dots = runtime.get(*sources.row_dots, device, a.stream);
       if (sources.columns) k.columns = runtime.get(*sources.columns, device, a.stream);
       if (sources.param_reduce) k.param_reduce = runtime.get(*sources.param_reduce, device, a.stream);
-      memo.put(key, k);
     }
+    k.plan = spec.plan;
+    if (load) memo.put(key, k);
     found = k;
   }
   BwdLaunch l;
@@ -317,7 +348,16 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   const RowPlan& plan = found->plan;
   if (a.shape.rows > 0) {
     const std::int64_t rows_per_head = a.shape.rows / a.heads;
-    if (plan.split) {
+    if (plan.group_stages > 0) {
+      // Groups of slices, as many as the device holds at once (its SMs x min_blocks
+      // before the kernel is loaded: an upper bound, so the workspace asked for then
+      // covers the call), each a part of the dw/db partials.
+      l.slices = group_slices(plan, a.shape.n);
+      l.row_ctas = std::min(a.shape.rows, static_cast<std::int64_t>(found->sm_count) * plan.min_blocks / l.slices);
+      if (found->resident_clusters > 0) l.row_ctas = std::min(l.row_ctas, found->resident_clusters);
+      l.row_ctas = std::max<std::int64_t>(1, l.row_ctas);
+      l.parts = l.row_ctas;
+    } else if (plan.split) {
       l.chunks = split_chunks(a.shape.n, plan);
       l.row_ctas = plan.synced ? 0 : plan_bwd_split_parts(plan, a.shape.n, rows_per_head, a.heads, found->sm_count);
       l.parts = l.row_ctas;
@@ -330,7 +370,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
                                                       found->sm_count, kColumnThreads);
     }
   }
-  l.dweight_direct = a.weight.present() && !a.dbias.present() && plan.row_sums && !plan.split && l.parts == 1;
+  l.dweight_direct = a.weight.present() && !a.dbias.present() && plan.row_sums && !plan.split &&
+                     !plan.group_stages && l.parts == 1;
   const std::size_t sums = (a.weight.present() && !l.dweight_direct ? 1 : 0) + (a.dbias.present() ? 1 : 0);
   l.sums_floats = sums * static_cast<std::size_t>(l.parts) * static_cast<std::size_t>(a.heads) *
                   static_cast<std::size_t>(a.shape.n);
@@ -338,7 +379,11 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   l.dot_floats = (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.chunks);
   // Synced and waiting plans: the ticket (synced) and per-row counters after the chunk sums.
   l.sync_words = (plan.synced || plan.wait_dots) && a.shape.rows > 0 ? 1 + static_cast<std::size_t>(a.shape.rows) : 0;
-  l.workspace = (l.sums_floats + l.dot_floats + l.sync_words) * sizeof(float);
+  // Grouped plans: one slot per (row, sum, slice) after the partials (64-bit aligned).
+  l.slots_at = (l.sums_floats + 1) / 2 * 2;
+  l.slot_words = 2 * (kind.center ? 2 : 1) * static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(l.slices);
+  l.workspace = (l.slot_words > 0 ? l.slots_at + l.slot_words : l.sums_floats + l.dot_floats + l.sync_words) *
+                sizeof(float);
   return l;
 }
 
@@ -404,7 +449,19 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
     void* args[] = {&p};
 
     const RowPlan& plan = l.kernels.plan;
-    if (plan.split) {
+    if (plan.group_stages > 0) {
+      // Grouped rows: G groups of slices; the slots zeroed before the launch.
+      p.group_slots = reinterpret_cast<unsigned long long*>(ws + l.slots_at);
+      p.sync_timeout_ns = static_cast<unsigned>(runtime.switches().sync_timeout_us * 1000ull);
+      runtime.zero_async(device, p.group_slots, l.slot_words, a.stream);
+      rt::LaunchConfig cfg;
+      cfg.grid.x = checked_grid(l.row_ctas * l.slices, kind.bwd_name);
+      cfg.block.x = static_cast<unsigned>(plan.tpr);
+      cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
+      cfg.stream = a.stream;
+      cfg.pdl = l.kernels.pdl;
+      runtime.launch(l.kernels.rows, cfg, args);
+    } else if (plan.split) {
       // One CTA per (row, chunk): the dot-product kernel, or the synced kernel
       // (chunk sums, a wait per row, dx), whose counters start at zero.
       p.row_dot_partial = ws + l.sums_floats;

@@ -74,12 +74,13 @@ struct RowPlan {
   // (norm_fwd_bulk_kernel, norm_bwd_bulk_kernel), a persistent grid, one row per CTA
   // (cluster); the backward's weight slice in shared memory where weight_smem. 0: off.
   int bulk_stages = 0;
-  // Forward rows where NORMKIT_FORWARD_PLAN's row=group asks for it, or where it
-  // measured faster on sm_90 (group_rows_measured; with_group_rows): the row cut into
-  // slices of tpr * split_items vectors, each taken by a CTA of a group (no cluster)
-  // through a ring of this many shared-memory stages, the group's sums exchanged in
-  // global memory (norm_fwd_group_kernel); params_smem: weight and bias slices in
-  // shared memory. 0: off.
+  // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=group asks for it,
+  // or where it measured faster on sm_90 (group_rows_measured; with_group_rows): the
+  // row cut into slices of tpr * split_items vectors, each taken by a CTA of a group
+  // (no cluster) through a ring of this many shared-memory stages, the group's sums
+  // exchanged in global memory (norm_fwd_group_kernel, norm_bwd_group_kernel);
+  // params_smem (forward): weight and bias slices in shared memory, weight_smem
+  // (backward): the weight's. 0: off.
   int group_stages = 0;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row, weight_smem's slice or the bulk ring)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
@@ -94,6 +95,7 @@ struct RowPlanInputs {
   bool backward = false;
   bool dbias = false;       // backward also sums dout per column
   int dout_bytes = 2;       // backward: element size of dout (the stash holds h and dout)
+  int h_bytes = 0;          // backward: element size of h alone (x_bytes is the wider of h and dout)
   bool param_grads = false; // backward: dw or db is computed (the column pass follows long rows)
   int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
@@ -144,9 +146,10 @@ struct RowPlanInputs {
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
-  bool forced_group_rows = false;  // forward: RowPlan::group_stages asked for (row=group, or group_rows_measured)
-  // Forward: RowPlan::group_stages may be planned (the host refuses it where the device
-  // lacks memory pools for its slots or cannot hold one group of its CTAs at once).
+  bool forced_group_rows = false;  // RowPlan::group_stages asked for (row=group, or group_rows_measured)
+  // RowPlan::group_stages may be planned (NORMKIT_GROUP_ROWS; the host refuses it where
+  // the device cannot hold one group of its CTAs at once, or (forward) lacks memory
+  // pools for its slots).
   bool group_rows_allowed = true;
   int forced_bulk_stages = 0;     // with forced_bulk_rows: that many stages (stages=)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)

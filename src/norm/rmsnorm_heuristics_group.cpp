@@ -16,6 +16,8 @@ constexpr int kGroupMaxSlices = 128;  // a warp reads a row's slots, four a lane
 // partials, the barriers and the fallback's slots (8 bytes a slice), and the 1 KB the
 // driver reserves.
 constexpr std::int64_t kGroupStaticBytes = 2 * 1024;
+// The backward's: its fallback sums are 4 bytes a slice and sum (LayerNorm's two).
+constexpr std::int64_t kGroupBackwardStaticBytes = 3 * 1024;
 
 struct GroupShape {
   int threads = 256;
@@ -69,11 +71,66 @@ RowPlanInputs with_measured_group_rows(const RowPlanInputs& in) {
   return out;
 }
 
+namespace {
+
+// The backward's grouped rows (norm_bwd_group_kernel): a stage holds the slices of h,
+// dout and dresidual_out; the weight's slice in shared memory beside the stages where
+// it is whole 16-byte chunks and 5 stages still fit.
+RowPlan with_group_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
+  const int h_bytes = in.h_bytes ? in.h_bytes : in.x_bytes;
+  const int vec = 16 / h_bytes;
+  const int extra_bytes = in.dout_bytes + in.dresidual_out_bytes;
+  if (in.many_heads || in.dout_bytes * vec % 16 != 0 || in.dresidual_out_bytes * vec % 16 != 0) return planned;
+  GroupShape shape;
+  if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;
+  if (in.forced_elems_per_thread) shape.items = std::max(1, in.forced_elems_per_thread / vec);
+  if (in.forced_min_blocks) shape.blocks = in.forced_min_blocks;
+  const std::int64_t slice_v = std::int64_t{shape.threads} * shape.items;
+  const std::int64_t nv = in.n / vec;
+  if (shape.threads < 64 || nv % slice_v != 0 || nv / slice_v > kGroupMaxSlices) return planned;
+  // Registers: the dw/db running sums (a thread's columns, one each a sum) beside ~64
+  // for the rest; 16-bit LayerNorm at 2 x 8 columns under three 256-thread CTAs an SM
+  // (85 registers) spilled 96-176 bytes (ptxas sm_90a), so such shapes are refused.
+  const int sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
+  if (64 + sums * shape.items * vec > 65536 / (shape.threads * shape.blocks)) return planned;
+  const int slice_vectors = static_cast<int>(slice_v);
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes, in.weight_bytes, 0, 1);
+  const std::int64_t budget = kSmemPerSm / shape.blocks - kGroupBackwardStaticBytes;
+  auto fitting = [&](bool weight_smem) {
+    return std::min<std::int64_t>(kGroupMaxStages,
+                                  (budget - (weight_smem ? one.weight_bytes : 0)) / std::int64_t{one.slice_bytes});
+  };
+  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : kGroupMinStages;
+  const bool weight_smem = in.forced_weight_smem >= 0 && one.weight_bytes > 0 &&
+                           fitting(true) >= std::max<std::int64_t>(wanted, kGroupMinStages + 1);
+  const std::int64_t stages = fitting(weight_smem);
+  if (stages < wanted) return planned;
+  RowPlan p;
+  p.vec = vec;
+  p.tpr = shape.threads;
+  p.rows = 1;
+  p.cluster = 1;
+  p.regs = true;
+  p.row_sums = true;  // the kernel sums dw/db (its groups' partials)
+  p.split_items = shape.items;
+  p.group_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : stages);
+  p.weight_smem = weight_smem;
+  p.min_blocks = shape.blocks;
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes,
+                                                       weight_smem ? in.weight_bytes : 0, 0, p.group_stages)
+                                      .total_bytes);
+  return p;
+}
+
+}  // namespace
+
 RowPlan with_group_rows(const RowPlan& planned, const RowPlanInputs& in) {
-  const int r_bytes = in.residual ? in.residual_bytes : 0;
-  if (!in.forced_group_rows || !in.group_rows_allowed || in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
-      in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * r_bytes % 16 != 0)
+  if (!in.forced_group_rows || !in.group_rows_allowed || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
+      in.n % (16 / in.x_bytes) != 0)
     return planned;
+  if (in.backward) return with_group_backward_rows(planned, in);
+  const int r_bytes = in.residual ? in.residual_bytes : 0;
+  if ((16 / in.x_bytes) * r_bytes % 16 != 0) return planned;
   const int vec = 16 / in.x_bytes;
   GroupShape shape;
   if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;

@@ -113,6 +113,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.max_vec = max_vec;
   in.x_bytes = static_cast<int>(std::max(dtype_size(s.x), dtype_size(s.dout)));
   in.dout_bytes = static_cast<int>(dtype_size(s.dout));
+  in.h_bytes = static_cast<int>(dtype_size(s.x));
   in.backward = true;
   in.dbias = s.dbias.has_value();
   in.param_grads = s.weight.has_value() || s.dbias.has_value();
@@ -129,6 +130,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.smem_sums_allowed = s.smem_sums_allowed;
   in.async_rows_allowed = s.async_rows_allowed;
   in.many_heads = s.many_heads;
+  in.group_rows_allowed = s.group_rows_allowed;
   force_plan(in, s.plan_override);
   return plan_rows(in);
 }
@@ -189,6 +191,13 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
       << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", " << device_type(s.dx) << ", "
       << device_type(s.dresidual) << ", " << flag(s.center) << ">";
     return make(family(s.center, "_bwd_synced"), "normkit/norm/rmsnorm_bwd_split.cuh", e.str());
+  }
+  if (s.plan.group_stages > 0) {
+    e << "nk::norm_bwd_group_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
+      << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
+      << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
+      << flag(s.center) << ", " << flag(s.plan.weight_smem) << ", " << s.plan.group_stages << ">";
+    return make(family(s.center, "_bwd_group"), "normkit/norm/norm_bwd_group.cuh", e.str());
   }
   if (s.plan.bulk_stages > 0) {
     e << "nk::norm_bwd_bulk_kernel<" << row_config(s.plan, s.n) << ", " << device_type(s.x) << ", "

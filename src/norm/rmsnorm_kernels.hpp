@@ -44,6 +44,7 @@ struct RmsBwdSpec {
   bool smem_sums_allowed = true;  // RowPlanInputs::smem_sums_allowed (NORMKIT_SMEM_SUMS)
   bool async_rows_allowed = true;  // RowPlanInputs::async_rows_allowed (NORMKIT_ASYNC_ROWS)
   bool many_heads = false;         // RowPlanInputs::many_heads (per-head weights)
+  bool group_rows_allowed = true;  // RowPlanInputs::group_rows_allowed
   rt::PlanOverride plan_override;  // NORMKIT_BACKWARD_PLAN (RowPlanInputs::forced_*)
 };
 

@@ -79,15 +79,15 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "row") {
       // regs: the planner's register rows (the backward's: its register, stash or split
       // rows), neither the staged row nor the bulk ring.
-      NK_CHECK(value == "bulk" || value == "regs" || (!backward && (value == "smem" || value == "group")), variable,
+      NK_CHECK(value == "bulk" || value == "regs" || value == "group" || (!backward && value == "smem"), variable,
                ": row='", value,
-               backward ? "' is not bulk or regs (smem and group are the forward's)" : "' is not smem, regs, bulk or group");
+               backward ? "' is not bulk, group or regs (smem is the forward's)" : "' is not smem, regs, bulk or group");
       o.bulk_rows = value == "bulk";
       o.group_rows = value == "group";
       if (!o.bulk_rows && !o.group_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2, row=bulk or regs, and with row=bulk stages)"
+               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages)"
                         : ", row, with row=bulk cluster and stages, with row=group stages)");
     }
   }

@@ -135,7 +135,15 @@ struct NormBwdParams {
   // it computes them itself (globaltimer ns, below 2^32); see norm_bwd_synced_kernel.
   unsigned sync_timeout_ns;
   float weight_offset;
+  // Grouped rows (norm_bwd_group.cuh): one 64-bit slot per (row, sum, slice),
+  // [rows][sums][slices], zeroed before each launch; a CTA publishes its slice's sums
+  // there (group_sum_slot).
+  unsigned long long* group_slots;
 };
+
+// A slice's sum as a 64-bit word that is never 0 (bit 32 set), so that a zeroed slot
+// reads as "not yet published" (the grouped backward's sums have no free sign bit).
+NK_HOST_DEVICE inline unsigned long long group_sum_slot(unsigned sum_bits) { return (1ull << 32) | sum_bits; }
 
 // Deterministic final reduction of the per-CTA partials into dweight / dbias.
 struct ParamGradReduceParams {

@@ -30,7 +30,7 @@ struct PlanOverride {
   bool smem_sums = false;    // sums=smem (backward only): the rows' dw/db sums in shared memory
   bool bulk_rows = false;    // row=bulk: the bulk-copy ring (RowPlan::bulk_stages)
   int bulk_stages = 0;       // stages= (with row=bulk or row=group): the ring's stages
-  bool group_rows = false;   // row=group (forward only): the grouped ring (RowPlan::group_stages)
+  bool group_rows = false;   // row=group: the grouped ring (RowPlan::group_stages)
   int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's
@@ -83,8 +83,9 @@ struct Config {
   // read weight and bias from global memory in the epilogue, as before
   // RowPlan::params_smem; on by default.
   bool params_smem = true;
-  // NORMKIT_GROUP_ROWS=0: the forward never plans grouped rows (norm_fwd_group_kernel;
-  // RowPlan::group_stages), neither by itself nor under row=group; on by default.
+  // NORMKIT_GROUP_ROWS=0: neither direction plans grouped rows (norm_fwd_group_kernel,
+  // norm_bwd_group_kernel; RowPlan::group_stages), neither by itself nor under
+  // row=group; on by default.
   bool group_rows = true;
   // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
   // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
