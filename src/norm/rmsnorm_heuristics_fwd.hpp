@@ -51,11 +51,12 @@ RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in);
 // rows, nothing of NORMKIT_FORWARD_PLAN forced (row=regs refuses it).
 bool bulk_rows_measured(const RowPlanInputs& in);
 
-// The forward plan of norm_fwd_group_kernel (RowPlan::group_stages) where
-// in.forced_group_rows asks for it (NORMKIT_FORWARD_PLAN's row=group, or
-// with_measured_group_rows) and it applies: sm_90+, the host allows it
-// (group_rows_allowed), 16-byte vectors of x and a residual (if any) of whole 16-byte
-// items, N a multiple of the slice. The slice is the CTA's threads (256, cta= forced:
+// The plan of norm_fwd_group_kernel (norm_bwd_group_kernel: RowPlan::group_stages)
+// where in.forced_group_rows asks for it (NORMKIT_FORWARD_PLAN's or
+// NORMKIT_BACKWARD_PLAN's row=group, or with_measured_group_rows) and it applies: sm_90+,
+// the host allows it (group_rows_allowed), 16-byte vectors of x (backward: of h) and a
+// residual (backward: dout and dresidual_out; one head, the dw/db sums' registers
+// within min_blocks' budget) of whole 16-byte items, N a multiple of the slice. The slice is the CTA's threads (256, cta= forced:
 // that many) times its vectors a thread (2, ept= forced: ept / vec), at most 128 of
 // them a row; CTAs per SM 2 (minb= forced); as many stages, from 4 (kGroupLookahead + 2)
 // up to 8 (stages= forced: that many), as the SM's shared memory shared by those CTAs
@@ -64,9 +65,9 @@ bool bulk_rows_measured(const RowPlanInputs& in);
 // the plan is unchanged. plan_rows' last step.
 RowPlan with_group_rows(const RowPlan& planned, const RowPlanInputs& in);
 
-// Forward calls on sm_90 where the grouped ring measured faster than the plan's own
-// rows (the numbers beside its definition), with forced_group_rows and the measured
-// CTA shape (cta=, ept=, minb=) set; any other call unchanged.
+// Calls on sm_90 where the grouped ring measured faster than the plan's own rows (the
+// numbers beside its definition; forward and backward), with forced_group_rows and the
+// measured CTA shape (cta=, ept=, minb=) set; any other call unchanged.
 RowPlanInputs with_measured_group_rows(const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

@@ -1,5 +1,6 @@
 // with_group_rows and with_measured_group_rows (rmsnorm_heuristics_fwd.hpp): when the
-// forward takes norm_fwd_group_kernel, and in what shape.
+// forward takes norm_fwd_group_kernel and the backward norm_bwd_group_kernel, and in
+// what shape.
 #include <algorithm>
 #include <cstdint>
 
@@ -39,8 +40,41 @@ struct GroupShape {
 // 0.91-0.93 there). RMSNorm fp32 with a residual at N=65536 under 512 threads one CTA an
 // SM measured 0.926 against 0.911: a candidate not yet planned (its own plan not run on
 // the GPU).
+// Backward: H200, M*N = 2^27, ratio to copy, the plans' own -> NORMKIT_BACKWARD_PLAN=row=group
+// (256 threads x 2 vectors, 2 CTAs an SM), same call (at 64b3430,
+// scripts/plan_cases/backward-group-rows-ab.txt, docs/perf/h200-2026-12-02.md); dw (and
+// LayerNorm's db) of a weight of x's dtype, dresidual_out of it where present:
+//   fp32 N=262144 (the own plans' split rows): RMSNorm 0.570 -> 0.846, with dresidual_out
+//   0.637 -> 0.855; LayerNorm 0.508 -> 0.781, with it 0.582 -> 0.808; a second call of
+//   the shapes (backward-group-rows-shapes.txt, 85aa406) 0.844, 0.848, 0.788, 0.807; there 512
+//   threads one CTA an SM measured 0.805-0.840 for RMSNorm, and 128 threads four CTAs
+//   0.58-0.67;
+//   LayerNorm bf16 with dresidual_out N=131072 (the own bulk ring over a cluster):
+//   0.683 -> 0.742 (0.737 in the second call).
+// Slower in the same call, so not planned: fp32 at N=65536-131072 (0.81-0.92 against the
+// own 0.91-0.98), bf16 elsewhere (0.60-0.85 against 0.68-0.93; LayerNorm bf16 with
+// dresidual_out at N=262144 0.728 against 0.830).
+std::optional<GroupShape> group_backward_rows_measured(const RowPlanInputs& in) {
+  const bool dro = in.residual;
+  if (in.arch != 90 || in.few_rows || in.many_heads || !in.param_grads || in.dresidual_output ||
+      in.h_bytes != in.x_bytes || in.dout_bytes != in.x_bytes || in.weight_bytes != in.x_bytes ||
+      in.dbias != in.center || (dro && in.dresidual_out_bytes != in.x_bytes) || in.x_fp16)
+    return std::nullopt;
+  const bool fp32_long = in.x_bytes == 4 && in.n > 131072 && in.n <= 262144;
+  const bool ln_bf16_dro = in.x_bytes == 2 && in.center && dro && in.n > 65536 && in.n <= 131072;
+  if (!fp32_long && !ln_bf16_dro) return std::nullopt;
+  return GroupShape{256, 2, 2};
+}
+
 std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
-  if (in.any_forced() || in.backward || in.arch != 90 || in.few_rows || !in.group_rows_allowed ||
+  if (in.any_forced() || !in.group_rows_allowed || in.max_vec * in.x_bytes < 16) return std::nullopt;
+  if (in.backward) {
+    std::optional<GroupShape> shape = group_backward_rows_measured(in);
+    // Only rows that the measured slices tile (as with_group_rows asks).
+    if (shape && in.n % (std::int64_t{shape->threads} * shape->items * (16 / in.x_bytes)) != 0) shape.reset();
+    return shape;
+  }
+  if (in.arch != 90 || in.few_rows || !in.group_rows_allowed ||
       in.x_bytes != 4 || in.max_vec * in.x_bytes < 16 || in.weight_bytes != in.x_bytes || in.bias != in.center ||
       (in.bias && in.bias_bytes != in.x_bytes) ||
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))

@@ -79,6 +79,49 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
   EXPECT_EQ(f.smem_bytes, 4 * 16384);
 }
 
+// Planned by itself on sm_90 where it measured faster (group_backward_rows_measured),
+// written out as the H200 plan cases gave it: fp32 at N=262144, LayerNorm bf16 with
+// dresidual_out at N=131072; nowhere under another override, NORMKIT_GROUP_ROWS=0,
+// sm_100, fp16, mixed dtypes, per-head weights, no dw, a separate dresidual.
+TEST(RmsNormPlan, BackwardGroupRowsWhereMeasured) {
+  auto measured = [](std::int64_t n, DType x, bool center, bool dro) {
+    return x == f32 ? n == 262144 : center && dro && n == 131072;
+  };
+  for (const DType x : {bf16, f32})
+    for (std::int64_t n : {4096, 32768, 65536, 131072, 262144, 524288})
+      for (const bool center : {false, true})
+        for (const bool dro : {false, true}) {
+          const std::string what = std::to_string(n) + (x == bf16 ? " bf16" : " fp32") + (center ? " ln" : " rms") +
+                                   (dro ? " dro" : "");
+          const RowPlan p = group_bwd(n, x, x, center, dro, "").plan;
+          EXPECT_EQ(p.group_stages > 0, measured(n, x, center, dro)) << what << " " << p.str();
+          if (!measured(n, x, center, dro)) continue;
+          // The shape row=group asks for.
+          const RowPlan forced = group_bwd(n, x, x, center, dro, "row=group").plan;
+          EXPECT_EQ(p.str(), forced.str()) << what;
+          EXPECT_EQ(group_bwd(n, x, x, center, dro, "row=regs").plan.group_stages, 0) << what;
+          EXPECT_EQ(group_bwd(n, x, x, center, dro, "", 100).plan.group_stages, 0) << what;
+          EXPECT_EQ(group_bwd(n, x, x == f32 ? bf16 : f32, center, dro, "").plan.group_stages, 0) << what;
+          RmsBwdSpec b = group_bwd(n, x, x, center, dro, "");
+          b.group_rows_allowed = false;
+          EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
+          b = group_bwd(n, x, x, center, dro, "");
+          b.many_heads = true;
+          EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
+          b = group_bwd(n, x, x, center, dro, "");
+          b.weight = std::nullopt;
+          b.dbias = std::nullopt;
+          EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
+          b = group_bwd(n, x, x, center, dro, "");
+          b.dresidual = x;
+          EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
+          if (x == bf16) {
+            b = group_bwd(n, f16, f16, center, dro, "");
+            EXPECT_EQ(b.plan.group_stages, 0) << what << " as fp16";
+          }
+        }
+}
+
 // Where row=group cannot apply, the plan is the one without it.
 TEST(RmsNormPlan, BackwardGroupRowsWhereNot) {
   auto grouped = [](RmsBwdSpec b, int arch = 90) {
