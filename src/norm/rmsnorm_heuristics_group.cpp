@@ -3,6 +3,7 @@
 // what shape.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "normkit/norm/params.cuh"
 #include "rmsnorm_heuristics_fwd.hpp"
@@ -107,51 +108,74 @@ RowPlanInputs with_measured_group_rows(const RowPlanInputs& in) {
 
 namespace {
 
-// The backward's grouped rows (norm_bwd_group_kernel): a stage holds the slices of h,
-// dout and dresidual_out; the weight's slice in shared memory beside the stages where
-// it is whole 16-byte chunks and 5 stages still fit.
-RowPlan with_group_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
-  const int h_bytes = in.h_bytes ? in.h_bytes : in.x_bytes;
-  const int vec = 16 / h_bytes;
-  const int extra_bytes = in.dout_bytes + in.dresidual_out_bytes;
-  if (in.many_heads || in.dout_bytes * vec % 16 != 0 || in.dresidual_out_bytes * vec % 16 != 0) return planned;
+// The CTA shape row=group asks for (cta=, ept=, minb= over GroupShape's defaults),
+// where its slices tile the row's vectors, at most kGroupMaxSlices of them.
+std::optional<GroupShape> forced_group_shape(const RowPlanInputs& in, int vec) {
   GroupShape shape;
   if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;
   if (in.forced_elems_per_thread) shape.items = std::max(1, in.forced_elems_per_thread / vec);
   if (in.forced_min_blocks) shape.blocks = in.forced_min_blocks;
   const std::int64_t slice_v = std::int64_t{shape.threads} * shape.items;
   const std::int64_t nv = in.n / vec;
-  if (shape.threads < 64 || nv % slice_v != 0 || nv / slice_v > kGroupMaxSlices) return planned;
-  // Registers: the dw/db running sums (a thread's columns, one each a sum) beside ~64
-  // for the rest; 16-bit LayerNorm at 2 x 8 columns under three 256-thread CTAs an SM
-  // (85 registers) spilled 96-176 bytes (ptxas sm_90a), so such shapes are refused.
-  const int sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
-  if (64 + sums * shape.items * vec > 65536 / (shape.threads * shape.blocks)) return planned;
-  const int slice_vectors = static_cast<int>(slice_v);
-  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes, in.weight_bytes, 0, 1);
-  const std::int64_t budget = kSmemPerSm / shape.blocks - kGroupBackwardStaticBytes;
-  auto fitting = [&](bool weight_smem) {
-    return std::min<std::int64_t>(kGroupMaxStages,
-                                  (budget - (weight_smem ? one.weight_bytes : 0)) / std::int64_t{one.slice_bytes});
+  if (shape.threads < 64 || nv % slice_v != 0 || nv / slice_v > kGroupMaxSlices) return std::nullopt;
+  return shape;
+}
+
+// The grouped plan of `shape` with its ring: as many stages of stage_bytes as the SM's
+// shared memory shared by shape.blocks CTAs holds (at most kGroupMaxStages; stages=
+// forced: that many), the parameters' side_bytes beside them where side_allowed and
+// kGroupMinStages + 1 stages still fit (RowPlan::params_smem / weight_smem, set by the
+// caller from `side`); nullopt where too few stages fit.
+struct GroupRing {
+  RowPlan plan;
+  bool side = false;
+};
+std::optional<GroupRing> group_ring(const RowPlanInputs& in, const GroupShape& shape, int vec, unsigned stage_bytes,
+                                    unsigned side_bytes, bool side_allowed, std::int64_t static_bytes) {
+  const std::int64_t budget = kSmemPerSm / shape.blocks - static_bytes;
+  auto fitting = [&](bool side) {
+    return std::min<std::int64_t>(kGroupMaxStages, (budget - (side ? side_bytes : 0)) / std::int64_t{stage_bytes});
   };
   const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : kGroupMinStages;
-  const bool weight_smem = in.forced_weight_smem >= 0 && one.weight_bytes > 0 &&
-                           fitting(true) >= std::max<std::int64_t>(wanted, kGroupMinStages + 1);
-  const std::int64_t stages = fitting(weight_smem);
-  if (stages < wanted) return planned;
-  RowPlan p;
+  GroupRing ring;
+  ring.side = side_allowed && side_bytes > 0 && fitting(true) >= std::max<std::int64_t>(wanted, kGroupMinStages + 1);
+  if (fitting(ring.side) < wanted) return std::nullopt;
+  RowPlan& p = ring.plan;
   p.vec = vec;
   p.tpr = shape.threads;
   p.rows = 1;
   p.cluster = 1;
-  p.regs = true;
-  p.row_sums = true;  // the kernel sums dw/db (its groups' partials)
+  p.regs = true;  // each row read once (the forward's in-place residual add is safe)
   p.split_items = shape.items;
-  p.group_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : stages);
-  p.weight_smem = weight_smem;
+  p.group_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : fitting(ring.side));
   p.min_blocks = shape.blocks;
+  return ring;
+}
+
+// The backward's grouped rows (norm_bwd_group_kernel): a stage holds the slices of h,
+// dout and dresidual_out; the weight's slice beside the stages (weight_smem).
+RowPlan with_group_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
+  const int h_bytes = in.h_bytes ? in.h_bytes : in.x_bytes;
+  const int vec = 16 / h_bytes;
+  const int extra_bytes = in.dout_bytes + in.dresidual_out_bytes;
+  if (in.many_heads || in.dout_bytes * vec % 16 != 0 || in.dresidual_out_bytes * vec % 16 != 0) return planned;
+  const std::optional<GroupShape> shape = forced_group_shape(in, vec);
+  if (!shape) return planned;
+  // Registers: the dw/db running sums (a thread's columns, one each a sum) beside ~64
+  // for the rest; 16-bit LayerNorm at 2 x 8 columns under three 256-thread CTAs an SM
+  // (85 registers) spilled 96-176 bytes (ptxas sm_90a), so such shapes are refused.
+  const int sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
+  if (64 + sums * shape->items * vec > 65536 / (shape->threads * shape->blocks)) return planned;
+  const int slice_vectors = shape->threads * shape->items;
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes, in.weight_bytes, 0, 1);
+  std::optional<GroupRing> ring = group_ring(in, *shape, vec, one.slice_bytes, one.weight_bytes,
+                                             in.forced_weight_smem >= 0, kGroupBackwardStaticBytes);
+  if (!ring) return planned;
+  RowPlan& p = ring->plan;
+  p.row_sums = true;  // the kernel sums dw/db (its groups' partials)
+  p.weight_smem = ring->side;
   p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes,
-                                                       weight_smem ? in.weight_bytes : 0, 0, p.group_stages)
+                                                       p.weight_smem ? in.weight_bytes : 0, 0, p.group_stages)
                                       .total_bytes);
   return p;
 }
@@ -164,40 +188,20 @@ RowPlan with_group_rows(const RowPlan& planned, const RowPlanInputs& in) {
     return planned;
   if (in.backward) return with_group_backward_rows(planned, in);
   const int r_bytes = in.residual ? in.residual_bytes : 0;
-  if ((16 / in.x_bytes) * r_bytes % 16 != 0) return planned;
   const int vec = 16 / in.x_bytes;
-  GroupShape shape;
-  if (in.forced_cta_threads) shape.threads = in.forced_cta_threads;
-  if (in.forced_elems_per_thread) shape.items = std::max(1, in.forced_elems_per_thread / vec);
-  if (in.forced_min_blocks) shape.blocks = in.forced_min_blocks;
-  const std::int64_t slice_v = std::int64_t{shape.threads} * shape.items;
-  const std::int64_t nv = in.n / vec;
-  if (shape.threads < 64 || nv % slice_v != 0 || nv / slice_v > kGroupMaxSlices) return planned;
-  const int slice_vectors = static_cast<int>(slice_v);
+  if (vec * r_bytes % 16 != 0) return planned;
+  const std::optional<GroupShape> shape = forced_group_shape(in, vec);
+  if (!shape) return planned;
+  const int slice_vectors = shape->threads * shape->items;
   const int b_bytes = in.bias ? in.bias_bytes : 0;
   const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_vectors, vec, in.x_bytes, r_bytes, in.weight_bytes, b_bytes, 1);
-  const std::int64_t budget = kSmemPerSm / shape.blocks - kGroupStaticBytes;
-  auto fitting = [&](bool params_smem) {
-    return std::min<std::int64_t>(kGroupMaxStages,
-                                  (budget - (params_smem ? one.params_bytes : 0)) / std::int64_t{one.slice_bytes});
-  };
-  const std::int64_t wanted = in.forced_bulk_stages ? in.forced_bulk_stages : kGroupMinStages;
-  const bool params_smem = in.params_smem_allowed && one.params_bytes > 0 &&
-                           fitting(true) >= std::max<std::int64_t>(wanted, kGroupMinStages + 1);
-  const std::int64_t stages = fitting(params_smem);
-  if (stages < wanted) return planned;
-  RowPlan p;
-  p.vec = vec;
-  p.tpr = shape.threads;
-  p.rows = 1;
-  p.cluster = 1;
-  p.regs = true;  // each row read once (the in-place residual add is safe)
-  p.split_items = shape.items;
-  p.group_stages = static_cast<int>(in.forced_bulk_stages ? in.forced_bulk_stages : stages);
-  p.params_smem = params_smem;
-  p.min_blocks = shape.blocks;
+  std::optional<GroupRing> ring =
+      group_ring(in, *shape, vec, one.slice_bytes, one.params_bytes, in.params_smem_allowed, kGroupStaticBytes);
+  if (!ring) return planned;
+  RowPlan& p = ring->plan;
+  p.params_smem = ring->side;
   p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_vectors, vec, in.x_bytes, r_bytes,
-                                                       params_smem ? in.weight_bytes : 0, params_smem ? b_bytes : 0,
+                                                       p.params_smem ? in.weight_bytes : 0, p.params_smem ? b_bytes : 0,
                                                        p.group_stages)
                                       .total_bytes);
   return p;

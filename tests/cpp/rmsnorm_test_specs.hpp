@@ -71,6 +71,16 @@ inline RmsBwdSpec norm_bwd_spec(std::int64_t n, DType x, DType w, bool center, b
   return b;
 }
 
+// norm_bwd_spec planned for sm_90 (or `arch`) under NORMKIT_BACKWARD_PLAN=`override_text`
+// (16-byte vectors allowed).
+inline RmsBwdSpec planned_bwd(std::int64_t n, DType x, DType w, bool center, bool dro,
+                              const std::string& override_text, int arch = 90) {
+  RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro);
+  b.plan_override = normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override_text);
+  b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
+  return b;
+}
+
 // Dynamic shared memory a backward plan's weight slice takes (RowPlan::weight_smem;
 // the kernel's W_ENTRY: one vector of the weight, rounded up to 16 bytes).
 inline std::int64_t weight_slice_bytes(const RowPlan& p, std::int64_t n, std::int64_t weight_bytes) {

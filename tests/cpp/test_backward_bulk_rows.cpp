@@ -20,16 +20,6 @@ namespace rt = normkit::rt;
 
 namespace {
 
-// RMSNorm (dw) or LayerNorm (dw and db) with a weight of `w`, dresidual_out in x's
-// dtype where `dro`, planned for sm_90 (or `arch`) under NORMKIT_BACKWARD_PLAN.
-RmsBwdSpec bulk_bwd(std::int64_t n, DType x, DType w, bool center, bool dro, const std::string& override_text,
-                    int arch = 90) {
-  RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro);
-  b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override_text);
-  b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
-  return b;
-}
-
 }  // namespace
 
 TEST(RmsNormPlan, BackwardBulkRowsOverrideParses) {
@@ -73,7 +63,7 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
     for (std::int64_t n : {256, 512, 1024, 2048, 3072, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
-          const RowPlan p = bulk_bwd(n, x, x, center, dro, "").plan;
+          const RowPlan p = planned_bwd(n, x, x, center, dro, "").plan;
           EXPECT_EQ(p.bulk_stages > 0, measured(n, x, center, dro))
               << n << " " << (x == bf16 ? "bf16" : "fp32") << " center " << center << " dro " << dro << " " << p.str();
           if (!measured(n, x, center, dro)) continue;
@@ -82,13 +72,13 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
           // no dw.
           const int ept = short_ept(n, x, center, dro);
           const std::string asked = ept ? "row=bulk,ept=" + std::to_string(ept) : "row=bulk";
-          EXPECT_EQ(p.str(), bulk_bwd(n, x, x, center, dro, asked).plan.str()) << n;
+          EXPECT_EQ(p.str(), planned_bwd(n, x, x, center, dro, asked).plan.str()) << n;
           if (ept) EXPECT_EQ(p.rows, 512 / p.tpr) << n << " " << p.str();  // whole rows a stage
-          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "row=regs").plan.bulk_stages, 0) << n;
-          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "", 100).plan.bulk_stages, 0) << n;
-          EXPECT_EQ(bulk_bwd(n, x, x, center, dro, "cta=512").plan.bulk_stages, 0) << n;
-          EXPECT_EQ(bulk_bwd(n, x, x == bf16 ? f32 : bf16, center, dro, "").plan.bulk_stages, 0) << n;
-          if (x == bf16) EXPECT_EQ(bulk_bwd(n, f16, f16, center, dro, "").plan.bulk_stages, 0) << n;  // not measured
+          EXPECT_EQ(planned_bwd(n, x, x, center, dro, "row=regs").plan.bulk_stages, 0) << n;
+          EXPECT_EQ(planned_bwd(n, x, x, center, dro, "", 100).plan.bulk_stages, 0) << n;
+          EXPECT_EQ(planned_bwd(n, x, x, center, dro, "cta=512").plan.bulk_stages, 0) << n;
+          EXPECT_EQ(planned_bwd(n, x, x == bf16 ? f32 : bf16, center, dro, "").plan.bulk_stages, 0) << n;
+          if (x == bf16) EXPECT_EQ(planned_bwd(n, f16, f16, center, dro, "").plan.bulk_stages, 0) << n;  // not measured
           RmsBwdSpec few = norm_bwd_spec(n, x, x, center, dro);
           few.few_rows = true;
           EXPECT_EQ(plan_bwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
@@ -109,7 +99,7 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
 TEST(RmsNormPlan, BackwardBulkRowsShape) {
   // bf16 N=262144: h and dout 64 KB a CTA over 16 CTAs; the weight's 32 KB slice beside
   // (227 - 2 - 32) / 64 = 3 stages; 512 threads, four vectors each, 32 dw sums.
-  RowPlan p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk").plan;
+  RowPlan p = planned_bwd(262144, bf16, bf16, false, false, "row=bulk").plan;
   EXPECT_EQ(p.bulk_stages, 3) << p.str();
   EXPECT_EQ(p.cluster, 16);
   EXPECT_EQ(p.tpr, 512);
@@ -119,24 +109,24 @@ TEST(RmsNormPlan, BackwardBulkRowsShape) {
   EXPECT_FALSE(p.prefetch || p.stash || p.split || p.smem_sums || p.async_rows || p.l2_next);
   EXPECT_EQ(p.smem_bytes, 3 * 65536 + 32768);
   // With dresidual_out: 96 KB stages, two, the weight beside them.
-  p = bulk_bwd(262144, bf16, bf16, true, true, "row=bulk").plan;
+  p = planned_bwd(262144, bf16, bf16, true, true, "row=bulk").plan;
   EXPECT_EQ(p.bulk_stages, 2) << p.str();
   EXPECT_TRUE(p.weight_smem);
   EXPECT_EQ(p.smem_bytes, 2 * 98304 + 32768);
   // N=65536 over 4 CTAs; fp32 N=65536 (64 KB stages) over 8.
-  EXPECT_EQ(bulk_bwd(65536, bf16, bf16, false, false, "row=bulk").plan.cluster, 4);
-  EXPECT_EQ(bulk_bwd(65536, f32, f32, true, false, "row=bulk").plan.cluster, 8);
+  EXPECT_EQ(planned_bwd(65536, bf16, bf16, false, false, "row=bulk").plan.cluster, 4);
+  EXPECT_EQ(planned_bwd(65536, f32, f32, true, false, "row=bulk").plan.cluster, 8);
   // stages= and cluster=: more stages than fit beside the weight leave it in global memory.
-  p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=3").plan;
+  p = planned_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=3").plan;
   EXPECT_TRUE(p.weight_smem) << p.str();
-  EXPECT_EQ(bulk_bwd(131072, bf16, bf16, false, false, "row=bulk,stages=2").plan.bulk_stages, 2);
-  p = bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,cluster=16,stages=2").plan;
+  EXPECT_EQ(planned_bwd(131072, bf16, bf16, false, false, "row=bulk,stages=2").plan.bulk_stages, 2);
+  p = planned_bwd(262144, bf16, bf16, false, false, "row=bulk,cluster=16,stages=2").plan;
   EXPECT_EQ(p.bulk_stages, 2);
   EXPECT_EQ(p.smem_bytes, 2 * 65536 + 32768);
   // A bf16 weight with fp32 h: 4 vectors of 8 bytes; whole chunks over a slice of
   // 16384 elements (fp32 N=262144 over 16, 128 KB stages: one stage, refused).
-  EXPECT_EQ(bulk_bwd(262144, f32, f32, false, false, "row=bulk").plan.bulk_stages, 0);
-  p = bulk_bwd(131072, f32, bf16, false, false, "row=bulk").plan;
+  EXPECT_EQ(planned_bwd(262144, f32, f32, false, false, "row=bulk").plan.bulk_stages, 0);
+  p = planned_bwd(131072, f32, bf16, false, false, "row=bulk").plan;
   EXPECT_EQ(p.cluster, 16) << p.str();
   EXPECT_TRUE(p.weight_smem);
 }
@@ -145,8 +135,8 @@ TEST(RmsNormPlan, BackwardBulkRowsNotWhereItCannotApply) {
   auto refused = [](const RmsBwdSpec& b, const char* why) {
     EXPECT_EQ(b.plan.bulk_stages, 0) << why << ": " << b.plan.str();
   };
-  refused(bulk_bwd(65536, bf16, bf16, false, false, "row=bulk", 80), "sm_80");
-  refused(bulk_bwd(4097, bf16, bf16, false, false, "row=bulk"), "odd N");
+  refused(planned_bwd(65536, bf16, bf16, false, false, "row=bulk", 80), "sm_80");
+  refused(planned_bwd(4097, bf16, bf16, false, false, "row=bulk"), "odd N");
   RmsBwdSpec mixed = norm_bwd_spec(65536, f32, f32, false, false);
   mixed.dout = bf16;  // dout narrower than h
   mixed.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk");
@@ -156,12 +146,12 @@ TEST(RmsNormPlan, BackwardBulkRowsNotWhereItCannotApply) {
   // 8 floats, so fp32 N=65536 over 8 CTAs of two vectors a thread (RMSNorm's dw alone)
   // and not bf16 N=262144 (2 x 8 floats); 128 threads of LayerNorm bf16 N=65536 over 4
   // CTAs hold 16 vectors, 2 x 128 sums, beyond 255 registers.
-  EXPECT_EQ(bulk_bwd(65536, f32, f32, false, false, "row=bulk,cta=1024").plan.bulk_stages, 3);
-  refused(bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,cta=1024"), "16 sums at 64 registers");
-  refused(bulk_bwd(65536, bf16, bf16, true, false, "row=bulk,cta=128"), "sums beyond registers");
-  refused(bulk_bwd(262144, bf16, bf16, true, false, "row=bulk,minb=2"), "64 sums at 64 registers");
-  refused(bulk_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=5"), "five stages do not fit");
-  refused(bulk_bwd(20000, f32, f32, false, false, "row=bulk,cluster=16"), "5000 vectors over 16");
+  EXPECT_EQ(planned_bwd(65536, f32, f32, false, false, "row=bulk,cta=1024").plan.bulk_stages, 3);
+  refused(planned_bwd(262144, bf16, bf16, false, false, "row=bulk,cta=1024"), "16 sums at 64 registers");
+  refused(planned_bwd(65536, bf16, bf16, true, false, "row=bulk,cta=128"), "sums beyond registers");
+  refused(planned_bwd(262144, bf16, bf16, true, false, "row=bulk,minb=2"), "64 sums at 64 registers");
+  refused(planned_bwd(262144, bf16, bf16, false, false, "row=bulk,stages=5"), "five stages do not fit");
+  refused(planned_bwd(20000, f32, f32, false, false, "row=bulk,cluster=16"), "5000 vectors over 16");
 }
 
 // Short rows (the CTA's 512 threads, or cta=, at least twice the row's vectors): a
@@ -182,7 +172,7 @@ TEST(RmsNormPlan, BackwardBulkShortRowsTakeSeveralRowsAStage) {
                         Case{4096, bf16, "row=bulk", 512, 1}})
     for (const bool center : {false, true})
       for (const bool dro : {false, true}) {
-        const RowPlan p = bulk_bwd(c.n, c.x, c.x, center, dro, c.override_text).plan;
+        const RowPlan p = planned_bwd(c.n, c.x, c.x, center, dro, c.override_text).plan;
         SCOPED_TRACE(std::string(c.override_text) + " n=" + std::to_string(c.n) + " " + p.str());
         if (center && c.tpr * c.rows == 1024) {
           // 1024 threads leave 64 registers: not LayerNorm's 2 x 8 sums beside ~56 others.
@@ -209,7 +199,7 @@ TEST(RmsNormPlan, BackwardBulkRowsPlansTheGpuTestShapes) {
                                   std::tuple{4096, bf16, bf16}, std::tuple{2048, bf16, bf16}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
-          const RowPlan p = bulk_bwd(n, x, w, center, dro, override_text).plan;
+          const RowPlan p = planned_bwd(n, x, w, center, dro, override_text).plan;
           EXPECT_GE(p.bulk_stages, 2) << override_text << " n=" << n << " center=" << center << " dro=" << dro
                                       << " " << p.str();
         }
@@ -220,7 +210,7 @@ TEST(RmsNormPlan, BackwardBulkRowsPlansTheGpuTestShapes) {
          {std::tuple{256, bf16}, std::tuple{1024, bf16}, std::tuple{1536, bf16}, std::tuple{1024, f32}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
-          const RowPlan p = bulk_bwd(n, x, x, center, dro, override_text).plan;
+          const RowPlan p = planned_bwd(n, x, x, center, dro, override_text).plan;
           EXPECT_GE(p.bulk_stages, 2) << override_text << " n=" << n << " " << p.str();
           const std::int64_t cta = std::string(override_text).find("cta=256") != std::string::npos ? 256 : 512;
           const std::int64_t nv = n / (16 / static_cast<std::int64_t>(dtype_size(x)));
@@ -238,12 +228,12 @@ TEST_F(RmsNormKernelSweep, BackwardBulkRowsCompileWithoutSpills) {
                                   std::tuple{16384, bf16, bf16}, std::tuple{16384, f16, f16}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
-          const RmsBwdSpec b = bulk_bwd(n, x, w, center, dro, override_text);
+          const RmsBwdSpec b = planned_bwd(n, x, w, center, dro, override_text);
           if (b.plan.bulk_stages == 0) continue;
           kernels += expect_bwd_clean(b, "sm_90a");
         }
   // Without a weight (RMSNorm: no dw, nothing to reduce), and with a separate dresidual.
-  RmsBwdSpec plain = bulk_bwd(131072, bf16, bf16, false, false, "row=bulk");
+  RmsBwdSpec plain = planned_bwd(131072, bf16, bf16, false, false, "row=bulk");
   plain.weight.reset();
   plain.plan = plan_bwd(plain, 8, 90);
   ASSERT_GT(plain.plan.bulk_stages, 0) << plain.plan.str();
@@ -265,7 +255,7 @@ TEST_F(RmsNormKernelSweep, BackwardBulkShortRowsCompileWithoutSpills) {
                                std::tuple{8192, bf16}, std::tuple{2048, f16}, std::tuple{1024, f32}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
-          const RmsBwdSpec b = bulk_bwd(n, x, x, center, dro, override_text);
+          const RmsBwdSpec b = planned_bwd(n, x, x, center, dro, override_text);
           if (b.plan.bulk_stages == 0) continue;
           kernels += expect_bwd_clean(b, "sm_90a");
         }

@@ -20,16 +20,6 @@ namespace rt = normkit::rt;
 
 namespace {
 
-// RMSNorm (dw) or LayerNorm (dw and db) with a weight of `w`, dresidual_out in x's
-// dtype where `dro`, planned for sm_90 (or `arch`) under NORMKIT_BACKWARD_PLAN.
-RmsBwdSpec group_bwd(std::int64_t n, DType x, DType w, bool center, bool dro, const std::string& override_text,
-                     int arch = 90) {
-  RmsBwdSpec b = norm_bwd_spec(n, x, w, center, dro);
-  b.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", override_text);
-  b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), arch);
-  return b;
-}
-
 std::int64_t slices(const RowPlan& p, std::int64_t n) { return n / p.vec / (std::int64_t{p.tpr} * p.split_items); }
 
 }  // namespace
@@ -47,7 +37,7 @@ TEST(RmsNormPlan, BackwardGroupRowsOverrideParses) {
 // row=group's own shape: 256 threads, two vectors each, two CTAs an SM, as many stages
 // (at most 8) as those CTAs' shared memory holds, the weight's slice beside them.
 TEST(RmsNormPlan, BackwardGroupRowsShape) {
-  const RowPlan p = group_bwd(262144, f32, f32, false, false, "row=group").plan;
+  const RowPlan p = planned_bwd(262144, f32, f32, false, false, "row=group").plan;
   ASSERT_GT(p.group_stages, 0) << p.str();
   EXPECT_EQ(p.vec, 4);
   EXPECT_EQ(p.tpr, 256);
@@ -61,11 +51,11 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
   EXPECT_EQ(p.group_stages, 6);
   EXPECT_EQ(p.smem_bytes, 6 * 16384 + 8192);
   // LayerNorm with dresidual_out: 24 KB a stage, 4 beside the weight.
-  const RowPlan l = group_bwd(262144, f32, f32, true, true, "row=group").plan;
+  const RowPlan l = planned_bwd(262144, f32, f32, true, true, "row=group").plan;
   EXPECT_EQ(l.group_stages, 4);
   EXPECT_EQ(l.smem_bytes, 4 * 24576 + 8192 * (l.weight_smem ? 1 : 0));
   // bf16: 8-element vectors, so 4096 elements a slice, 32 slices at N=131072.
-  const RowPlan b = group_bwd(131072, bf16, bf16, true, false, "row=group,minb=1,ept=32").plan;
+  const RowPlan b = planned_bwd(131072, bf16, bf16, true, false, "row=group,minb=1,ept=32").plan;
   ASSERT_GT(b.group_stages, 0) << b.str();
   EXPECT_EQ(b.vec, 8);
   EXPECT_EQ(b.split_items, 4);
@@ -73,7 +63,7 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
   EXPECT_EQ(slices(b, 131072), 16);
   EXPECT_EQ(b.group_stages, 6);  // 32 KB a stage beside the weight's 16 KB
   // stages= forced, w=global keeps the weight in global memory.
-  const RowPlan f = group_bwd(262144, f32, f32, false, false, "row=group,stages=4,w=global").plan;
+  const RowPlan f = planned_bwd(262144, f32, f32, false, false, "row=group,stages=4,w=global").plan;
   EXPECT_EQ(f.group_stages, 4);
   EXPECT_FALSE(f.weight_smem);
   EXPECT_EQ(f.smem_bytes, 4 * 16384);
@@ -93,30 +83,30 @@ TEST(RmsNormPlan, BackwardGroupRowsWhereMeasured) {
         for (const bool dro : {false, true}) {
           const std::string what = std::to_string(n) + (x == bf16 ? " bf16" : " fp32") + (center ? " ln" : " rms") +
                                    (dro ? " dro" : "");
-          const RowPlan p = group_bwd(n, x, x, center, dro, "").plan;
+          const RowPlan p = planned_bwd(n, x, x, center, dro, "").plan;
           EXPECT_EQ(p.group_stages > 0, measured(n, x, center, dro)) << what << " " << p.str();
           if (!measured(n, x, center, dro)) continue;
           // The shape row=group asks for.
-          const RowPlan forced = group_bwd(n, x, x, center, dro, "row=group").plan;
+          const RowPlan forced = planned_bwd(n, x, x, center, dro, "row=group").plan;
           EXPECT_EQ(p.str(), forced.str()) << what;
-          EXPECT_EQ(group_bwd(n, x, x, center, dro, "row=regs").plan.group_stages, 0) << what;
-          EXPECT_EQ(group_bwd(n, x, x, center, dro, "", 100).plan.group_stages, 0) << what;
-          EXPECT_EQ(group_bwd(n, x, x == f32 ? bf16 : f32, center, dro, "").plan.group_stages, 0) << what;
-          RmsBwdSpec b = group_bwd(n, x, x, center, dro, "");
+          EXPECT_EQ(planned_bwd(n, x, x, center, dro, "row=regs").plan.group_stages, 0) << what;
+          EXPECT_EQ(planned_bwd(n, x, x, center, dro, "", 100).plan.group_stages, 0) << what;
+          EXPECT_EQ(planned_bwd(n, x, x == f32 ? bf16 : f32, center, dro, "").plan.group_stages, 0) << what;
+          RmsBwdSpec b = planned_bwd(n, x, x, center, dro, "");
           b.group_rows_allowed = false;
           EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
-          b = group_bwd(n, x, x, center, dro, "");
+          b = planned_bwd(n, x, x, center, dro, "");
           b.many_heads = true;
           EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
-          b = group_bwd(n, x, x, center, dro, "");
+          b = planned_bwd(n, x, x, center, dro, "");
           b.weight = std::nullopt;
           b.dbias = std::nullopt;
           EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
-          b = group_bwd(n, x, x, center, dro, "");
+          b = planned_bwd(n, x, x, center, dro, "");
           b.dresidual = x;
           EXPECT_EQ(plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90).group_stages, 0) << what;
           if (x == bf16) {
-            b = group_bwd(n, f16, f16, center, dro, "");
+            b = planned_bwd(n, f16, f16, center, dro, "");
             EXPECT_EQ(b.plan.group_stages, 0) << what << " as fp16";
           }
         }
@@ -128,7 +118,7 @@ TEST(RmsNormPlan, BackwardGroupRowsWhereNot) {
     b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(b.x)), arch);
     return b.plan.group_stages > 0;
   };
-  RmsBwdSpec base = group_bwd(262144, f32, f32, false, false, "row=group");
+  RmsBwdSpec base = planned_bwd(262144, f32, f32, false, false, "row=group");
   EXPECT_TRUE(grouped(base));
   RmsBwdSpec s = base;
   EXPECT_FALSE(grouped(s, 80)) << "sm_80 has no bulk copy";
@@ -150,9 +140,9 @@ TEST(RmsNormPlan, BackwardGroupRowsWhereNot) {
   s = base;
   s.n = 262144 + 4096;  // not a multiple of the slice
   EXPECT_FALSE(grouped(s)) << "N not a multiple of the slice";
-  s = group_bwd(262144 * 4, f32, f32, false, false, "row=group");
+  s = planned_bwd(262144 * 4, f32, f32, false, false, "row=group");
   EXPECT_EQ(s.plan.group_stages, 0) << "512 slices, more than a warp's slots";
-  s = group_bwd(262144, f32, f32, false, false, "row=group,minb=8");
+  s = planned_bwd(262144, f32, f32, false, false, "row=group,minb=8");
   EXPECT_EQ(s.plan.group_stages, 0) << "four stages do not fit an eighth of the SM";
 }
 
@@ -178,13 +168,13 @@ TEST_F(RmsNormKernelSweep, GroupRowsBackwardCompilesWithoutSpills) {
       for (std::int64_t n : {32768, 131072, 262144})
         for (const bool center : {false, true})
           for (const bool dro : {false, true}) {
-            RmsBwdSpec b = group_bwd(n, x, x, center, dro, override_text);
+            RmsBwdSpec b = planned_bwd(n, x, x, center, dro, override_text);
             if (b.plan.group_stages == 0) continue;
             kernels += expect_bwd_clean(b, "sm_90a");
           }
   for (const bool center : {false, true})
     for (const DType x : {bf16, f32}) {
-      RmsBwdSpec b = group_bwd(65536, x, x, center, false, "row=group");
+      RmsBwdSpec b = planned_bwd(65536, x, x, center, false, "row=group");
       b.weight = std::nullopt;
       b.dbias = std::nullopt;
       b.dx = x == bf16 ? f32 : bf16;
@@ -192,10 +182,10 @@ TEST_F(RmsNormKernelSweep, GroupRowsBackwardCompilesWithoutSpills) {
       b.plan = plan_bwd(b, 16 / static_cast<int>(dtype_size(x)), 90);
       ASSERT_GT(b.plan.group_stages, 0) << b.plan.str();
       kernels += expect_bwd_clean(b, "sm_90a");
-      b = group_bwd(65536, x, x == bf16 ? f32 : bf16, center, true, "row=group");
+      b = planned_bwd(65536, x, x == bf16 ? f32 : bf16, center, true, "row=group");
       ASSERT_GT(b.plan.group_stages, 0) << b.plan.str();
       kernels += expect_bwd_clean(b, "sm_90a");
-      b = group_bwd(262144, x, x, center, true, "row=group", 100);
+      b = planned_bwd(262144, x, x, center, true, "row=group", 100);
       ASSERT_GT(b.plan.group_stages, 0) << b.plan.str();
       kernels += expect_bwd_clean(b, "sm_100a");
     }
