@@ -1,5 +1,6 @@
 // The per-vector algebra of the backward of both norms, shared by every backward
-// row kernel (rmsnorm_bwd.cuh, rmsnorm_bwd_split.cuh, norm_bwd_bulk.cuh) so that they
+// row kernel (rmsnorm_bwd.cuh, rmsnorm_bwd_split.cuh, norm_bwd_bulk.cuh,
+// norm_bwd_group.cuh) so that they
 // differ only in where the row lives between its reduction and its epilogue, and the
 // writer of their dw/db partials:
 //   xhat = (h - mean) * rstd   (mean = 0 for RMSNorm; CENTER: LayerNorm's saved mean)

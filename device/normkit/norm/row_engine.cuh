@@ -79,7 +79,7 @@ struct RowThread {
 
 // Rows cut into column chunks of TPR * ITEMS vectors (split_chunks / split_vector in
 // params.cuh), each taken by a CTA of its own: the split backward
-// (rmsnorm_bwd_split.cuh) and the grouped forward (norm_fwd_group.cuh).
+// (rmsnorm_bwd_split.cuh) and the grouped rows (norm_fwd_group.cuh, norm_bwd_group.cuh).
 template <int N_, int VEC_, int TPR_, int ITEMS_, int MIN_BLOCKS_>
 struct SplitConfig {
   static constexpr int N = N_;
