@@ -54,11 +54,19 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
 
 // forced_by: the environment variable that forced part of the plan
 // (NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN), or nullptr.
-void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* forced_by) {
+void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* forced_by, bool group_asked = false) {
   if (forced_by != nullptr)
     rt::warn_once(std::string(op) + ":override:" + std::to_string(n),
                   std::string(op) + ": " + forced_by + " forces the plan of N=" + std::to_string(n) + ": " +
                       plan.str());
+  // row=group asked for but not planned: the other forced fields then shape another
+  // kernel, which is easy to mistake for the grouped one in a measurement.
+  if (forced_by != nullptr && group_asked && plan.group_stages == 0)
+    rt::warn_once(std::string(op) + ":group-refused:" + std::to_string(n),
+                  std::string(op) + ": " + forced_by + "'s row=group does not apply to rows of N=" + std::to_string(n) +
+                      " here (it needs sm_90+, NORMKIT_GROUP_ROWS on, 16-byte vectors, N a multiple of the slice, at "
+                      "most 128 slices, four stages in the shared memory minb= leaves; the README's table), so "
+                      "the rest of the override shapes the plan above");
   if (!plan.regs && !plan.stash && !plan.split)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +
@@ -171,7 +179,8 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
         found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
       }
     }
-    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr);
+    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
+             spec.plan_override.group_rows);
     if (spec.plan.prefetch || spec.plan.bulk_stages)
       found->resident_groups = resident_groups(runtime, found->kernel, spec.plan,
                                                spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
@@ -330,8 +339,8 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
           k.rows = runtime.get(bwd_source(spec), device, a.stream);
         }
       }
-      log_plan(kind.bwd_name, a.shape.n, spec.plan,
-               spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr);
+      log_plan(kind.bwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr,
+               spec.plan_override.group_rows);
       const RmsBwdSources sources = bwd_sources(spec);
       if (spec.plan.cluster > 1 && !spec.plan.split)
         k.resident_clusters = resident_groups(runtime, k.rows, spec.plan, spec.plan.smem_bytes);

@@ -230,7 +230,9 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr*, size_t) { return CUDA_ERROR_NOT_SUPPOR
 CUresult CUDAAPI cuMemFree(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr, const void*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void*, CUdeviceptr, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+// A memset is accepted (nothing is written): the grouped backward zeroes its slots in
+// the workspace before its launch.
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*) { return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_ERROR_NOT_SUPPORTED; }

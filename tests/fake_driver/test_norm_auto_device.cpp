@@ -204,3 +204,47 @@ TEST_F(NormAutoDevice, SharedMemoryOptInOncePerKernel) {
     EXPECT_EQ(probe_.func_attribute_calls(), after_first) << n;
   }
 }
+
+// The grouped backward (norm_bwd_group_kernel under NORMKIT_BACKWARD_PLAN=row=group,
+// no dw here so the row kernel is the last launch): as many groups of the row's 128
+// slices (fp32 N=262144, 256 threads x 8 columns) as the device holds at once (the
+// driver's two CTAs an SM: 264 / 128 = 2) and there are rows, and a workspace of one
+// 64-bit slot per row and slice. Where row=group does not apply (N not a multiple
+// of the slice), a warning says so.
+TEST_F(NormAutoDevice, GroupedBackwardGridAndSlots) {
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  setenv("NORMKIT_BACKWARD_PLAN", "row=group", 1);
+  normkit::rt::Runtime::instance().reload_config();
+  auto args = [&](std::int64_t rows, std::int64_t n) {
+    RmsNormBwdArgs a;
+    a.shape = {rows, n, 0};
+    a.x = Rows::strided(on(0, 0), DType::kFloat32, n);
+    a.dout = Rows::strided(on(0, 64ull << 20), DType::kFloat32, n);
+    a.dx = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
+    a.rstd = reinterpret_cast<const float*>(on(0, 192ull << 20));
+    a.device = Device::cuda(0);
+    return a;
+  };
+  unsigned grid = 0, cluster = 0;
+  int pdl = 0, device = -1;
+  for (const auto& [rows, groups] : {std::pair<std::int64_t, unsigned>{5, 2}, {1, 1}}) {
+    RmsNormBwdArgs a = args(rows, 262144);
+    a.workspace_bytes = rmsnorm_bwd_workspace_bytes(a);
+    EXPECT_EQ(a.workspace_bytes, static_cast<std::size_t>(rows) * 128 * 8) << rows;
+    a.workspace = on(0, 256ull << 20);
+    rmsnorm_bwd(a);
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    EXPECT_EQ(grid, groups * 128u) << rows;
+    EXPECT_EQ(cluster, 0u) << rows;
+  }
+  RmsNormBwdArgs odd = args(5, 262144 + 1024);
+  odd.workspace_bytes = rmsnorm_bwd_workspace_bytes(odd);
+  odd.workspace = on(0, 256ull << 20);
+  ::testing::internal::CaptureStderr();
+  rmsnorm_bwd(odd);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("row=group does not apply to rows of N=263168"), std::string::npos) << log;
+  unsetenv("NORMKIT_BACKWARD_PLAN");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+  normkit::rt::Runtime::instance().reload_config();
+}
