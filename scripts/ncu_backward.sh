@@ -39,7 +39,7 @@ while IFS=';' read -r label override flags; do
     timeout -s INT "${CASE_S:-90}" "$NCU" --clock-control none --target-processes all \
     --kernel-name "regex:${KERNEL:-norm_bwd_kernel}" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-    --section WarpStateStats --section SchedulerStats --csv --page details \
+    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --csv --page details \
     python3 scripts/ncu_driver.py $flags >/tmp/ncu-case.csv 2>/tmp/ncu-case.err
   echo "rc=$?"; tail -n 3 /tmp/ncu-case.err
   grep '^"' /tmp/ncu-case.csv >>"$OUT/ncu.csv" || { echo "no ncu rows"; tail -n 5 /tmp/ncu-case.csv; }
