@@ -16,11 +16,36 @@ struct alignas(sizeof(T) * VEC) Packed {
   T v[VEC];
 };
 
+// A raw vector (already in registers) widened to fp32.
 template <int VEC, class T>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
-  const Packed<T, VEC> pk = *reinterpret_cast<const Packed<T, VEC>*>(p);
+__device__ __forceinline__ void widen(const Packed<T, VEC>& pk, float (&out)[VEC]) {
 #pragma unroll
   for (int i = 0; i < VEC; ++i) out[i] = to_float(pk.v[i]);
+}
+
+template <int VEC, class T>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
+  widen(*reinterpret_cast<const Packed<T, VEC>*>(p), out);
+}
+// bf16 pairs are loaded as the 32-bit words they are and widened with one shift (the
+// even element) or one mask (the odd) each. Loaded as 16-bit elements, every odd
+// element was first moved into a register of its own (PRMT and MOV before the shift:
+// three instructions for one; norm_bwd_bulk_kernel's SASS, LayerNorm bf16 N=65536,
+// where widening took a fifth of the row loop), and rebuilding the words from the
+// elements after the load does not undo it (nvcc 13.0: the same PRMTs, and the
+// global weight's one 16-byte load split into eight 2-byte ones).
+template <int VEC>
+__device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
+  if constexpr (VEC % 2 != 0) {
+    widen(*reinterpret_cast<const Packed<bf16, VEC>*>(p), out);
+  } else {
+    const Packed<unsigned, VEC / 2> words = *reinterpret_cast<const Packed<unsigned, VEC / 2>*>(p);
+#pragma unroll
+    for (int j = 0; j < VEC / 2; ++j) {
+      out[2 * j] = __uint_as_float(words.v[j] << 16);
+      out[2 * j + 1] = __uint_as_float(words.v[j] & 0xffff0000u);
+    }
+  }
 }
 
 // The raw vector, for kernels that keep data in registers in its storage dtype.

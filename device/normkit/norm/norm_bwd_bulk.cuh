@@ -143,14 +143,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = t.slice_vector(k);
     const unsigned char* const at = stage(s);
-    const auto hp = *reinterpret_cast<const Packed<X, VEC>*>(at + sub * L.x_bytes + v * 16);
-    const auto dp =
-        *reinterpret_cast<const Packed<DY, VEC>*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY)));
-    if (w_cached) {
-      row.expand_packed(w_smem[v], hp, dp, xh, g, d);
-    } else {
-      row.expand(t.column(k), hp, dp, xh, g, d);
-    }
+    row.expand_at(t.column(k), w_cached ? w_smem[v].v : nullptr,
+                  reinterpret_cast<const X*>(at + sub * L.x_bytes + v * 16),
+                  reinterpret_cast<const DY*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY))), xh, g, d);
   };
 
   float dw_acc[DW ? Cfg::ITEMS : 1][VEC];
@@ -226,11 +221,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
       expand_item(row, s, k, xh, gv, d);
-      typename Row::DroPacked dro{};
-      if constexpr (!is_none<DRO>)
-        dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT + sub * DRO_BYTES +
-                                                                t.slice_vector(k) * (VEC * size_or_zero<DRO>));
-      row.store_dx(t.column(k), xh, gv, means, dro);
+      row.store_dx_at(t.column(k), xh, gv, means,
+                      reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
+                                                   t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
     });
     __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
     if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);

@@ -126,13 +126,8 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
   auto expand_item = [&](const Row& row, const X* hs, const DY* ds, long long col0, bool own, int k, float (&xh)[VEC],
                          float (&g)[VEC], float (&d)[VEC]) {
     const int v = k * TPR + tid;
-    const Packed<X, VEC> hp = *reinterpret_cast<const Packed<X, VEC>*>(hs + v * VEC);
-    const Packed<DY, VEC> dp = *reinterpret_cast<const Packed<DY, VEC>*>(ds + v * VEC);
-    if (own && w_cached) {
-      row.expand_packed(w_smem[v], hp, dp, xh, g, d);
-    } else {
-      row.expand(static_cast<int>(col0) + v * VEC, hp, dp, xh, g, d);
-    }
+    row.expand_at(static_cast<int>(col0) + v * VEC, own && w_cached ? w_smem[v].v : nullptr, hs + v * VEC,
+                  ds + v * VEC, xh, g, d);
   };
   // One CTA barrier a sum: the warps' partials go to alternating slot sets.
   unsigned sums_taken = 0;
@@ -290,10 +285,8 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         float xh[VEC], g[VEC], d[VEC];
         expand_item(row, hs, ds, slice_begin, true, k, xh, g, d);
         const int v = k * TPR + tid;
-        typename Row::DroPacked dro{};
-        if constexpr (!is_none<DRO>)
-          dro = *reinterpret_cast<const typename Row::DroPacked*>(stage(s) + DRO_AT + v * (VEC * size_or_zero<DRO>));
-        row.store_dx(static_cast<int>(slice_begin) + v * VEC, xh, g, means, dro);
+        row.store_dx_at(static_cast<int>(slice_begin) + v * VEC, xh, g, means,
+                        reinterpret_cast<const DRO*>(stage(s) + DRO_AT + v * (VEC * size_or_zero<DRO>)));
       }
       __syncthreads();  // every thread's reads of stage s (and of row_means) done
       if (threadIdx.x == 0) {

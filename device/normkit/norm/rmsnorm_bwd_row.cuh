@@ -65,28 +65,51 @@ struct NormBwdRow {
   // xhat, g and dout of the vector at column `col` from its stored values.
   __device__ __forceinline__ void expand(int col, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
                                          float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
-    float w[VEC];
+    float w[VEC], h[VEC];
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-    expand_with(w, hp, dp, xh, g, d);
+    widen(hp, h);
+    widen(dp, d);
+    combine(w, h, d, xh, g);
   }
   // The same with the vector's weight given raw, as its dtype holds it (a copy in
-  // shared memory: norm_bwd_kernel's W_SMEM, norm_bwd_bulk_kernel's).
+  // shared memory: norm_bwd_kernel's W_SMEM).
   template <class WP>
   __device__ __forceinline__ void expand_packed(const WP& wp, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
                                                 float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
-    float w[VEC];
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
-    expand_with(w, hp, dp, xh, g, d);
+    float w[VEC], h[VEC];
+    widen(wp, w);
+    add_weight_offset(w);
+    widen(hp, h);
+    widen(dp, d);
+    combine(w, h, d, xh, g);
   }
-  // The same with the vector's weight (weight_offset added) given.
-  __device__ __forceinline__ void expand_with(const float (&w)[VEC], const Packed<X, VEC>& hp,
-                                              const Packed<DY, VEC>& dp, float (&xh)[VEC], float (&g)[VEC],
-                                              float (&d)[VEC]) const {
+  // The same with h and dout read from memory at hs and ds (a ring's stage: load_vec
+  // widens bf16 pairs as words), the weight from its row at column `col`, or, where
+  // ws is given, from there (a copy of its slice in shared memory, raw).
+  template <class WS>
+  __device__ __forceinline__ void expand_at(int col, const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
+                                            float (&g)[VEC], float (&d)[VEC]) const {
+    float w[VEC], h[VEC];
+    if (ws != nullptr) {
+      load_vec<VEC>(ws, w);
+      add_weight_offset(w);
+    } else {
+      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+    }
+    load_vec<VEC>(hs, h);
+    load_vec<VEC>(ds, d);
+    combine(w, h, d, xh, g);
+  }
+  __device__ __forceinline__ void add_weight_offset(float (&w)[VEC]) const {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[i] += p.weight_offset;
+  }
+  // xhat and g from h, dout and the weight (weight_offset added).
+  __device__ __forceinline__ void combine(const float (&w)[VEC], const float (&h)[VEC], const float (&d)[VEC],
+                                         float (&xh)[VEC], float (&g)[VEC]) const {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      d[i] = to_float(dp.v[i]);
-      xh[i] = (CENTER ? to_float(hp.v[i]) - mean : to_float(hp.v[i])) * rstd;
+      xh[i] = (CENTER ? h[i] - mean : h[i]) * rstd;
       g[i] = d[i] * w[i];
     }
   }
@@ -100,21 +123,39 @@ struct NormBwdRow {
   }
 
   // dx (and dresidual) of the vector at `col`, given the row's means and
-  // dresidual_out's vector there.
-  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                           const RowDots& dots, const DroPacked& dro) const {
+  // dresidual_out's vector there (dro: widened; raw; at dro_at in memory).
+  __device__ __forceinline__ void store_dx_with(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                                const RowDots& dots, const float (&dro)[VEC]) const {
+    // dx = rstd * g + (-rstd * mean(g * xhat)) * xhat + (-rstd * mean(g)): two fused
+    // multiply-adds an element, where the formula as written takes three for LayerNorm.
+    const float xh_scale = -rstd * dots.gx_mean;
+    const float shift = CENTER ? -rstd * dots.g_mean : 0.f;
     float dx[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      dx[i] = rstd * ((CENTER ? g[i] - dots.g_mean : g[i]) - xh[i] * dots.gx_mean);
-      if constexpr (!is_none<DRO>) dx[i] += to_float(dro.v[i]);
+      dx[i] = fmaf(rstd, g[i], CENTER ? fmaf(xh_scale, xh[i], shift) : xh_scale * xh[i]);
+      if constexpr (!is_none<DRO>) dx[i] += dro[i];
     }
     store_vec<VEC>(dx_row + col, dx);
     if constexpr (!is_none<DR>) store_vec<VEC>(dr_row + col, dx);
   }
   __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                           const RowDots& dots, const DroPacked& dro) const {
+    float dro_f[VEC];
+    widen(dro, dro_f);
+    store_dx_with(col, xh, g, dots, dro_f);
+  }
+  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
                                            const RowDots& dots) const {
-    store_dx(col, xh, g, dots, load_dro(col));
+    store_dx_at(col, xh, g, dots, dro_row + col);
+  }
+  // dro_at: dresidual_out's vector in a ring's stage (ignored without one).
+  template <class DS>
+  __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                              const RowDots& dots, const DS* dro_at) const {
+    float dro_f[VEC];
+    if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro_f);
+    store_dx_with(col, xh, g, dots, dro_f);
   }
 };
 

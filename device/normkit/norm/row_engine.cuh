@@ -202,17 +202,15 @@ struct RingParams {
                       float (&bv)[VEC]) const {
     if (cached) {
       if constexpr (!is_none<W>) {
-        const auto wp = load_packed<VEC>(w + at);
+        load_vec<VEC>(w + at, wv);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) wv[i] = to_float(wp.v[i]) + p.weight_offset;
+        for (int i = 0; i < VEC; ++i) wv[i] += p.weight_offset;
       } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) wv[i] = 1.f;
       }
       if constexpr (!is_none<B>) {
-        const auto bp = load_packed<VEC>(b + at);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) bv[i] = to_float(bp.v[i]);
+        load_vec<VEC>(b + at, bv);
       } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) bv[i] = 0.f;
