@@ -90,6 +90,7 @@ RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
   RowPlanInputs out = in;
   out.forced_bulk_rows = true;
   if (short_ept) out.forced_elems_per_thread = short_ept;
+  if (!in.backward) out.forced_cluster = bulk_rows_measured_cluster(in);
   return out;
 }
 

@@ -266,6 +266,17 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // residual (N=32768-262144: -19 to -22 %) and with one below N=262144 (-3 to -17 %),
 // RMSNorm bf16 below N=262144 (-1 to -10 %; without a residual N=131072 +2 %, left
 // alone), fp32 rows at N=262144 but RMSNorm's without a residual (LayerNorm -15 %).
+// RMSNorm fp32 over 8 CTAs instead of the ring's own 16 (or the register rows over
+// 2-4), same call, three runs (scripts/plan_cases/forward-fp32-bulk8.txt at e4d28a0,
+// docs/perf/h200-2026-12-02b.md): without a residual N=65536 0.923 -> 0.934, 131072
+// 0.914 -> 0.935; with one N=32768 0.916 -> 0.926, 65536 0.911 -> 0.939. Not at N=16384
+// (0.972 -> 0.799 / 0.946), 32768 without a residual (0.935 -> 0.903), 131072 with one
+// (0.937 -> 0.838); over 4 CTAs 0.89-0.93.
+int bulk_rows_measured_cluster(const RowPlanInputs& in) {
+  if (!bulk_rows_measured(in) || in.x_bytes != 4 || in.center) return 0;
+  return in.n <= (in.residual ? 65536 : 131072) ? 8 : 0;
+}
+
 bool bulk_rows_measured(const RowPlanInputs& in) {
   // As measured: a weight of x's dtype, LayerNorm's bias of it too (RMSNorm none), a
   // residual of it with residual_out stored.
@@ -275,7 +286,7 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
     return false;
   if (in.x_bytes == 4) {
     if (in.center) return in.n <= (in.residual ? 131072 : 65536);
-    return in.residual ? in.n >= 65536 && in.n <= 131072 : in.n >= 131072;
+    return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }
   return in.x_bytes == 2 && !in.x_fp16 && in.residual && in.n > 131072;  // bf16 measured
 }

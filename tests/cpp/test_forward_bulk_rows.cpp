@@ -60,7 +60,11 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
     if (n < 32768 || n > 262144) return false;
     if (x == bf16) return residual && n == 262144;
     if (center) return n <= (residual ? 131072 : 65536);
-    return residual ? n == 65536 || n == 131072 : n >= 131072;
+    return residual ? n >= 32768 && n <= 131072 : n >= 65536;
+  };
+  // RMSNorm fp32 over 8 CTAs where that measured faster than the ring's own cluster.
+  auto measured_cluster = [](std::int64_t n, DType x, bool center, bool residual) {
+    return x == f32 && !center && n <= (residual ? 65536 : 131072) ? 8 : 0;
   };
   for (const DType x : {bf16, f32})
     for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288})
@@ -75,7 +79,12 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
           // The plan row=bulk asks for; none of it under row=regs, on sm_100, with
           // another override, a weight of another width, a residual of another width, in
           // calls of few rows.
-          EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, "row=bulk", 90, r).plan.str()) << n;
+          const int cluster = measured_cluster(n, x, center, residual);
+          const std::string asked = cluster ? "row=bulk,cluster=" + std::to_string(cluster) : "row=bulk";
+          EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, asked.c_str(), 90, r).plan.str()) << n;
+          if (cluster) {
+            EXPECT_EQ(p.cluster, cluster) << n;
+          }
           EXPECT_EQ(bulk_spec(n, x, x, center, "row=regs", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "cta=512", 90, r).plan.bulk_stages, 0) << n;

@@ -23,9 +23,12 @@ __device__ __forceinline__ void widen(const Packed<T, VEC>& pk, float (&out)[VEC
   for (int i = 0; i < VEC; ++i) out[i] = to_float(pk.v[i]);
 }
 
+// One load of the whole vector (a copy: widen reading through a reference to memory
+// would be free to load element by element).
 template <int VEC, class T>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
-  widen(*reinterpret_cast<const Packed<T, VEC>*>(p), out);
+  const Packed<T, VEC> pk = *reinterpret_cast<const Packed<T, VEC>*>(p);
+  widen(pk, out);
 }
 // bf16 pairs are loaded as the 32-bit words they are and widened with one shift (the
 // even element) or one mask (the odd) each. Loaded as 16-bit elements, every odd
@@ -37,7 +40,8 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
 template <int VEC>
 __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
   if constexpr (VEC % 2 != 0) {
-    widen(*reinterpret_cast<const Packed<bf16, VEC>*>(p), out);
+    const Packed<bf16, VEC> pk = *reinterpret_cast<const Packed<bf16, VEC>*>(p);
+    widen(pk, out);
   } else {
     const Packed<unsigned, VEC / 2> words = *reinterpret_cast<const Packed<unsigned, VEC / 2>*>(p);
 #pragma unroll
