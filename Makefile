@@ -80,7 +80,8 @@ install-py: venv
 WHEEL_NVRTC = $(firstword $(wildcard $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so.13))
 
 test: deps venv build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS)
+	NORMKIT_TEST_SWEEP_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-sweeps \
+	  ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS)
 	$(MAKE) --no-print-directory test-wheel-nvrtc
 	$(MAKE) --no-print-directory install-py
 	$(PY) -m pytest -q -rs tests/python
@@ -90,7 +91,7 @@ test-wheel-nvrtc: venv build
 	  echo "test-wheel-nvrtc: skipped: no nvidia/cu13 NVRTC in $(VENV) (the PyTorch wheel installed has none)"; \
 	else \
 	  echo "test-wheel-nvrtc: the spill sweeps under $(WHEEL_NVRTC)"; \
-	  NORMKIT_NVRTC_PATH=$(WHEEL_NVRTC) NORMKIT_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-wheel-nvrtc \
+	  NORMKIT_NVRTC_PATH=$(WHEEL_NVRTC) NORMKIT_TEST_SWEEP_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-sweeps-wheel-nvrtc \
 	    ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS) -R 'Sweep\.'; \
 	fi
 

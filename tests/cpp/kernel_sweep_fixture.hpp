@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -15,6 +16,17 @@ namespace rmsnorm_test {
 
 class RmsNormKernelSweep : public nktest::FreshRuntime {
  protected:
+  // NORMKIT_TEST_SWEEP_CACHE_DIR: one disk cache for every sweep (the Makefile's test
+  // targets give one per NVRTC), so a kernel that several sweeps plan compiles once per
+  // run instead of once per sweep; the cache key holds the NVRTC version, the target
+  // and the source, and its entries keep the ptxas spill counts checked here.
+  void SetUp() override {
+    FreshRuntime::SetUp();
+    if (const char* shared = std::getenv("NORMKIT_TEST_SWEEP_CACHE_DIR"); shared != nullptr && *shared != '\0') {
+      setenv("NORMKIT_CACHE_DIR", shared, 1);
+      fresh();
+    }
+  }
   // Compiles a planned forward spec for `target` and expects no spills.
   void expect_fwd_clean(const normkit::norm::detail::RmsFwdSpec& f, const std::string& target) {
     const normkit::rt::KernelSource source = normkit::norm::detail::fwd_source(f);

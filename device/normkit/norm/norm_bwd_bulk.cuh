@@ -34,6 +34,10 @@
 // short rows want two to four vectors a thread (0.87-0.95x copy for LayerNorm bf16,
 // 3-16 % over the register rows) and lose at one (0.54-0.77x); one copy per row
 // instead of per group of rows lost far more (0.2-0.5x at N=256-2048).
+// bf16 rows are bound by instruction issue as much as by memory (ncu, one 512-thread
+// CTA an SM: 55-68 % of issue slots busy, 32-38 instructions an element,
+// docs/perf/h200-2026-12-02b.md), so the stages are read through load_vec, which
+// widens bf16 pairs as words.
 #pragma once
 
 #include "normkit/common/async_copy.cuh"

@@ -65,23 +65,33 @@ struct NormBwdRow {
   // xhat, g and dout of the vector at column `col` from its stored values.
   __device__ __forceinline__ void expand(int col, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
                                          float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
-    float w[VEC], h[VEC];
+    float w[VEC];
     load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-    widen(hp, h);
-    widen(dp, d);
-    combine(w, h, d, xh, g);
+    expand_with(w, hp, dp, xh, g, d);
   }
   // The same with the vector's weight given raw, as its dtype holds it (a copy in
   // shared memory: norm_bwd_kernel's W_SMEM).
   template <class WP>
   __device__ __forceinline__ void expand_packed(const WP& wp, const Packed<X, VEC>& hp, const Packed<DY, VEC>& dp,
                                                 float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) const {
-    float w[VEC], h[VEC];
-    widen(wp, w);
-    add_weight_offset(w);
-    widen(hp, h);
-    widen(dp, d);
-    combine(w, h, d, xh, g);
+    float w[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[i] = to_float(wp.v[i]) + p.weight_offset;
+    expand_with(w, hp, dp, xh, g, d);
+  }
+  // The same with the vector's weight (weight_offset added) given. Element by element
+  // from the raw vectors, as the register kernels hold them (written as widen and then
+  // combine, ptxas sm_90a spilled 28 bytes in LayerNorm fp16 rows with an fp32 weight
+  // over a cluster under minb=2).
+  __device__ __forceinline__ void expand_with(const float (&w)[VEC], const Packed<X, VEC>& hp,
+                                              const Packed<DY, VEC>& dp, float (&xh)[VEC], float (&g)[VEC],
+                                              float (&d)[VEC]) const {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      d[i] = to_float(dp.v[i]);
+      xh[i] = (CENTER ? to_float(hp.v[i]) - mean : to_float(hp.v[i])) * rstd;
+      g[i] = d[i] * w[i];
+    }
   }
   // The same with h and dout read from memory at hs and ds (a ring's stage: load_vec
   // widens bf16 pairs as words), the weight from its row at column `col`, or, where
@@ -123,11 +133,34 @@ struct NormBwdRow {
   }
 
   // dx (and dresidual) of the vector at `col`, given the row's means and
-  // dresidual_out's vector there (dro: widened; raw; at dro_at in memory).
-  __device__ __forceinline__ void store_dx_with(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                                const RowDots& dots, const float (&dro)[VEC]) const {
-    // dx = rstd * g + (-rstd * mean(g * xhat)) * xhat + (-rstd * mean(g)): two fused
-    // multiply-adds an element, where the formula as written takes three for LayerNorm.
+  // dresidual_out's vector there, raw (as the register kernels hold it).
+  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                           const RowDots& dots, const DroPacked& dro) const {
+    float dx[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      dx[i] = rstd * ((CENTER ? g[i] - dots.g_mean : g[i]) - xh[i] * dots.gx_mean);
+      if constexpr (!is_none<DRO>) dx[i] += to_float(dro.v[i]);
+    }
+    store_vec<VEC>(dx_row + col, dx);
+    if constexpr (!is_none<DR>) store_vec<VEC>(dr_row + col, dx);
+  }
+  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                           const RowDots& dots) const {
+    store_dx(col, xh, g, dots, load_dro(col));
+  }
+  // The ring kernels' (norm_bwd_bulk_kernel, norm_bwd_group_kernel): dresidual_out's
+  // vector at dro_at in a stage (ignored without one; bf16 widened as words by
+  // load_vec), and dx = rstd * g + (-rstd * mean(g * xhat)) * xhat + (-rstd * mean(g)):
+  // two fused multiply-adds an element where the formula as written takes three for
+  // LayerNorm. The register kernels keep store_dx above: with the fused form and
+  // dresidual_out widened ahead, ptxas sm_90a spilled 16-40 bytes in their rows of
+  // N=1000-1024 under minb=6.
+  template <class DS>
+  __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                              const RowDots& dots, const DS* dro_at) const {
+    float dro[VEC];
+    if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro);
     const float xh_scale = -rstd * dots.gx_mean;
     const float shift = CENTER ? -rstd * dots.g_mean : 0.f;
     float dx[VEC];
@@ -138,24 +171,6 @@ struct NormBwdRow {
     }
     store_vec<VEC>(dx_row + col, dx);
     if constexpr (!is_none<DR>) store_vec<VEC>(dr_row + col, dx);
-  }
-  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                           const RowDots& dots, const DroPacked& dro) const {
-    float dro_f[VEC];
-    widen(dro, dro_f);
-    store_dx_with(col, xh, g, dots, dro_f);
-  }
-  __device__ __forceinline__ void store_dx(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                           const RowDots& dots) const {
-    store_dx_at(col, xh, g, dots, dro_row + col);
-  }
-  // dro_at: dresidual_out's vector in a ring's stage (ignored without one).
-  template <class DS>
-  __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
-                                              const RowDots& dots, const DS* dro_at) const {
-    float dro_f[VEC];
-    if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro_f);
-    store_dx_with(col, xh, g, dots, dro_f);
   }
 };
 
