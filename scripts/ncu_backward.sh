@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute on the backward row kernels, in one call of the device tool: why a
 # backward row runs where it does against its bytes (stall reasons, occupancy, memory
-# throughput), which timing alone does not say. The H200 machine (Firecracker) reads the
+# throughput, issue slots, executed instructions), which timing alone does not say. The H200 machine (Firecracker) reads the
 # counters; the clocks stay as they are (--clock-control none, the device README's
 # METHOD.md).
 #   usage: NORMKIT_COMMIT=<hash> [CASE_S=90] [KERNEL=norm_bwd_kernel] bash scripts/ncu_backward.sh scripts/ncu_cases/<file>.txt
