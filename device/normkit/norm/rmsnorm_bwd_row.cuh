@@ -101,18 +101,13 @@ struct NormBwdRow {
                                             float (&g)[VEC], float (&d)[VEC]) const {
     float w[VEC], h[VEC];
     if (ws != nullptr) {
-      load_vec<VEC>(ws, w);
-      add_weight_offset(w);
+      load_param<VEC, W>(ws, 0, 0, p.weight_offset, 1.f, w);
     } else {
       load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     }
     load_vec<VEC>(hs, h);
     load_vec<VEC>(ds, d);
     combine(w, h, d, xh, g);
-  }
-  __device__ __forceinline__ void add_weight_offset(float (&w)[VEC]) const {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) w[i] += p.weight_offset;
   }
   // xhat and g from h, dout and the weight (weight_offset added).
   __device__ __forceinline__ void combine(const float (&w)[VEC], const float (&h)[VEC], const float (&d)[VEC],
