@@ -124,32 +124,56 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     }
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
-  const bool w_cached = L.params_bytes > 0 && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
-  const auto* w_smem =
-      reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(bulk_memory + RING_BYTES);
+  // With W_SMEM the weight's slice is always in shared memory: one bulk copy where it is
+  // 16-byte aligned, else copied by every thread (once a kernel), so that the row loop
+  // reads it from there unconditionally.
+  constexpr bool W_SHARED = L.params_bytes > 0;
+  const bool w_bulk = W_SHARED && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
+  using WT = typename or_type<W, float>::type;
+  WT* const w_smem = reinterpret_cast<WT*>(bulk_memory + RING_BYTES);
   if (threadIdx.x == 0) {
     init_bulk_barriers(bulk_barriers);
-    if (w_cached) {
+    if (w_bulk) {
       mbarrier_expect_bytes(&params_full, L.weight_bytes);
       bulk_load(bulk_memory + RING_BYTES, w_global, L.weight_bytes, &params_full);
     }
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) issue_group(part + s * parts, s);
   }
+  if constexpr (W_SHARED) {
+    if (!w_bulk) {
+      for (int i = threadIdx.x; i < SLICE_ELEMS; i += Cfg::THREADS) w_smem[i] = w_global[i];
+    }
+  }
   __syncthreads();  // the stages' barriers initialized before any thread waits on them
   unsigned step = 0;  // cluster exchanges so far (the same count in every CTA of the cluster)
   row_sums_walk_arrive(cluster_pushes);
-  if (w_cached) mbarrier_wait(&params_full, 0);
+  if (w_bulk) mbarrier_wait(&params_full, 0);
 
   using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
-  // xhat, g and dout of item k of the thread's row in stage s, the weight from its
-  // shared slice when cached.
-  auto expand_item = [&](const Row& row, int s, int k, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
+  // xhat (XH_SCALED false: h - mean), g and dout of item k of the thread's row in stage
+  // s, the weight from its shared slice (W_SHARED) or global memory.
+  // (A generic lambda taking the flag as a BoolTag crashed NVRTC 13.2's front end.)
+  auto expand_item = [&](const Row& row, int s, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC],
+                         float (&d)[VEC]) {
     const int v = t.slice_vector(k);
     const unsigned char* const at = stage(s);
-    row.expand_at(t.column(k), w_cached ? w_smem[v].v : nullptr,
-                  reinterpret_cast<const X*>(at + sub * L.x_bytes + v * 16),
-                  reinterpret_cast<const DY*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY))), xh, g, d);
+    const X* const hs = reinterpret_cast<const X*>(at + sub * L.x_bytes + v * 16);
+    const DY* const ds = reinterpret_cast<const DY*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY)));
+    if constexpr (W_SHARED) {
+      if (xh_scaled) {
+        row.template expand_shared<true>(w_smem + v * VEC, hs, ds, xh, g, d);
+      } else {
+        row.template expand_shared<false>(w_smem + v * VEC, hs, ds, xh, g, d);
+      }
+    } else {
+      const WT* const no_copy = nullptr;
+      if (xh_scaled) {
+        row.template expand_at<true>(t.column(k), no_copy, hs, ds, xh, g, d);
+      } else {
+        row.template expand_at<false>(t.column(k), no_copy, hs, ds, xh, g, d);
+      }
+    }
   };
 
   float dw_acc[DW ? Cfg::ITEMS : 1][VEC];
@@ -190,7 +214,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
-      expand_item(row, s, k, xh, gv, d);
+      expand_item(row, s, k, true, xh, gv, d);
       dot.add(xh, gv);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -224,8 +248,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
-      expand_item(row, s, k, xh, gv, d);
-      row.store_dx_at(t.column(k), xh, gv, means,
+      expand_item(row, s, k, false, xh, gv, d);
+      row.template store_dx_at<false>(t.column(k), xh, gv, means,
                       reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                    t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
     });

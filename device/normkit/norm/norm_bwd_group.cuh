@@ -94,20 +94,28 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
                 SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + slice_begin : nullptr;
-  const bool w_cached = L.weight_bytes > 0 && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
-  const auto* w_smem =
-      reinterpret_cast<const Packed<typename or_type<W, float>::type, VEC>*>(bulk_memory + STAGES * L.slice_bytes);
+  // With W_SMEM this CTA's weight slice is always in shared memory (one bulk copy where
+  // 16-byte aligned, else copied by every thread once), read there unconditionally.
+  constexpr bool W_SHARED = L.weight_bytes > 0;
+  const bool w_bulk = W_SHARED && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
+  using WT = typename or_type<W, float>::type;
+  WT* const w_smem = reinterpret_cast<WT*>(bulk_memory + STAGES * L.slice_bytes);
   if (threadIdx.x == 0) {
     init_bulk_barriers(bulk_barriers);
-    if (w_cached) {
+    if (w_bulk) {
       mbarrier_expect_bytes(&weight_full, L.weight_bytes);
       bulk_load(bulk_memory + STAGES * L.slice_bytes, w_global, L.weight_bytes, &weight_full);
     }
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) issue_row(s, s);
   }
+  if constexpr (W_SHARED) {
+    if (!w_bulk) {
+      for (int i = threadIdx.x; i < SLICE_ELEMS; i += TPR) w_smem[i] = w_global[i];
+    }
+  }
   __syncthreads();  // the stages' barriers initialized before any thread waits on them
-  if (w_cached) mbarrier_wait(&weight_full, 0);
+  if (w_bulk) mbarrier_wait(&weight_full, 0);
 
   float dw_acc[DW ? ITEMS : 1][VEC];
   float db_acc[DBIAS ? ITEMS : 1][VEC];
@@ -120,14 +128,27 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
 #pragma unroll
     for (int i = 0; i < VEC; ++i) db_acc[k][i] = 0.f;
 
-  // xhat, g and dout of vector k of a slice of h and dout that starts at hs and ds
-  // (a stage, or a timed-out CTA's global rows), at element col0 of the row; the
-  // weight from its shared copy where `own` (this CTA's slice) and cached.
-  auto expand_item = [&](const Row& row, const X* hs, const DY* ds, long long col0, bool own, int k, float (&xh)[VEC],
-                         float (&g)[VEC], float (&d)[VEC]) {
+  // xhat (xh_scaled false: h - mean), g and dout of vector k of a slice of h and dout
+  // that starts at hs and ds (a stage, or a timed-out CTA's global rows), at element
+  // col0 of the row; the weight from its shared copy where `own` (this CTA's slice).
+  auto expand_item = [&](const Row& row, const X* hs, const DY* ds, long long col0, bool own, bool xh_scaled, int k,
+                         float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = k * TPR + tid;
-    row.expand_at(static_cast<int>(col0) + v * VEC, own && w_cached ? w_smem[v].v : nullptr, hs + v * VEC,
-                  ds + v * VEC, xh, g, d);
+    if (W_SHARED && own) {
+      if (xh_scaled) {
+        row.template expand_shared<true>(w_smem + v * VEC, hs + v * VEC, ds + v * VEC, xh, g, d);
+      } else {
+        row.template expand_shared<false>(w_smem + v * VEC, hs + v * VEC, ds + v * VEC, xh, g, d);
+      }
+    } else {
+      const WT* const no_copy = nullptr;
+      const int col = static_cast<int>(col0) + v * VEC;
+      if (xh_scaled) {
+        row.template expand_at<true>(col, no_copy, hs + v * VEC, ds + v * VEC, xh, g, d);
+      } else {
+        row.template expand_at<false>(col, no_copy, hs + v * VEC, ds + v * VEC, xh, g, d);
+      }
+    }
   };
   // One CTA barrier a sum: the warps' partials go to alternating slot sets.
   unsigned sums_taken = 0;
@@ -138,7 +159,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       float xh[VEC], g[VEC], d[VEC];
-      expand_item(row, hs, ds, col0, own, k, xh, g, d);
+      expand_item(row, hs, ds, col0, own, true, k, xh, g, d);
       dot.add(xh, g);
       if (own) {
 #pragma unroll
@@ -283,9 +304,9 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         float xh[VEC], g[VEC], d[VEC];
-        expand_item(row, hs, ds, slice_begin, true, k, xh, g, d);
+        expand_item(row, hs, ds, slice_begin, true, false, k, xh, g, d);
         const int v = k * TPR + tid;
-        row.store_dx_at(static_cast<int>(slice_begin) + v * VEC, xh, g, means,
+        row.template store_dx_at<false>(static_cast<int>(slice_begin) + v * VEC, xh, g, means,
                         reinterpret_cast<const DRO*>(stage(s) + DRO_AT + v * (VEC * size_or_zero<DRO>)));
       }
       __syncthreads();  // every thread's reads of stage s (and of row_means) done

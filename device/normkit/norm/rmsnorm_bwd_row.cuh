@@ -95,26 +95,43 @@ struct NormBwdRow {
   }
   // The same with h and dout read from memory at hs and ds (a ring's stage: load_vec
   // widens bf16 pairs as words), the weight from its row at column `col`, or, where
-  // ws is given, from there (a copy of its slice in shared memory, raw).
-  template <class WS>
+  // ws is given, from there (a copy of its slice in shared memory, raw); LayerNorm's
+  // weight without weight_offset (always 0 there: one add an element fewer).
+  // XH_SCALED false: xh is h - mean, not yet times rstd (store_dx_at<false> folds rstd
+  // into its coefficient: one multiply an element fewer).
+  template <bool XH_SCALED = true, class WS>
   __device__ __forceinline__ void expand_at(int col, const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                             float (&g)[VEC], float (&d)[VEC]) const {
-    float w[VEC], h[VEC];
     if (ws != nullptr) {
-      load_param<VEC, W>(ws, 0, 0, p.weight_offset, 1.f, w);
+      expand_shared<XH_SCALED>(ws, hs, ds, xh, g, d);
     } else {
-      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+      float w[VEC], h[VEC];
+      load_param<VEC, W, !CENTER>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
+      load_vec<VEC>(hs, h);
+      load_vec<VEC>(ds, d);
+      combine<XH_SCALED>(w, h, d, xh, g);
     }
+  }
+  // The same with the weight's vector at ws, which must not be null (a shared copy the
+  // kernel always has: no test of the pointer and no global fallback in the row loop,
+  // where those took ~20 instructions a vector in norm_bwd_bulk_kernel's SASS).
+  template <bool XH_SCALED = true, class WS>
+  __device__ __forceinline__ void expand_shared(const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
+                                                float (&g)[VEC], float (&d)[VEC]) const {
+    float w[VEC], h[VEC];
+    load_param<VEC, W, !CENTER>(ws, 0, 0, p.weight_offset, 1.f, w);
     load_vec<VEC>(hs, h);
     load_vec<VEC>(ds, d);
-    combine(w, h, d, xh, g);
+    combine<XH_SCALED>(w, h, d, xh, g);
   }
-  // xhat and g from h, dout and the weight (weight_offset added).
+  // xhat (XH_SCALED false: h - mean) and g from h, dout and the weight (weight_offset added).
+  template <bool XH_SCALED = true>
   __device__ __forceinline__ void combine(const float (&w)[VEC], const float (&h)[VEC], const float (&d)[VEC],
                                          float (&xh)[VEC], float (&g)[VEC]) const {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      xh[i] = (CENTER ? h[i] - mean : h[i]) * rstd;
+      const float centered = CENTER ? h[i] - mean : h[i];
+      xh[i] = XH_SCALED ? centered * rstd : centered;
       g[i] = d[i] * w[i];
     }
   }
@@ -148,15 +165,16 @@ struct NormBwdRow {
   // vector at dro_at in a stage (ignored without one; bf16 widened as words by
   // load_vec), and dx = rstd * g + (-rstd * mean(g * xhat)) * xhat + (-rstd * mean(g)):
   // two fused multiply-adds an element where the formula as written takes three for
-  // LayerNorm. The register kernels keep store_dx above: with the fused form and
-  // dresidual_out widened ahead, ptxas sm_90a spilled 16-40 bytes in their rows of
-  // N=1000-1024 under minb=6.
-  template <class DS>
+  // LayerNorm. XH_SCALED false: xh holds h - mean (expand_at<false>), and the
+  // coefficient takes rstd once more. The register kernels keep store_dx above: with
+  // the fused form and dresidual_out widened ahead, ptxas sm_90a spilled 16-40 bytes in
+  // their rows of N=1000-1024 under minb=6.
+  template <bool XH_SCALED = true, class DS>
   __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
                                               const RowDots& dots, const DS* dro_at) const {
     float dro[VEC];
     if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro);
-    const float xh_scale = -rstd * dots.gx_mean;
+    const float xh_scale = -rstd * dots.gx_mean * (XH_SCALED ? 1.f : rstd);
     const float shift = CENTER ? -rstd * dots.g_mean : 0.f;
     float dx[VEC];
 #pragma unroll
