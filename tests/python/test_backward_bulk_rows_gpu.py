@@ -102,3 +102,29 @@ def test_backward_short_rows_own_plan(op, with_res, n):
 def test_backward_bulk_rows_per_head():
     # One head a CTA row (blockIdx.y), each head's weight slice its own.
     backward_per_head_check_under_plan(601, "row=bulk")
+
+
+def _view_8_bytes_past_16(n, dtype):
+    # A leaf of n elements 8 bytes past a 16-byte boundary (16-bit: 4 elements in).
+    base = rand((n + 4,), dtype)
+    assert base.data_ptr() % 16 == 0
+    return base[4:].detach().requires_grad_()
+
+
+# fp32 rows take vectors of 4 (16 bytes); a 16-bit weight then needs only 8-byte
+# alignment, so its slice may not be 16-byte aligned for the bulk copy: the ring
+# kernels then copy it into shared memory with plain loads (norm_bwd_bulk_kernel,
+# norm_bwd_group_kernel's W_SHARED fallback), which this exercises.
+@pytest.mark.parametrize("override", ["row=bulk", "row=group"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_backward_ring_weight_8_byte_aligned(override, op):
+    m, n = 203, 65536
+    x = rand((m, n), FP32).requires_grad_()
+    w = _view_8_bytes_past_16(n, BF16)
+    assert w.data_ptr() % 16 == 8
+    b = _view_8_bytes_past_16(n, BF16) if op == "layernorm" else None
+    with plan_switch("NORMKIT_BACKWARD_PLAN", override):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, label=override + " weight 8 bytes past 16")
+        else:
+            ln_check(layernorm, x, w, b, None, label=override + " weight 8 bytes past 16")

@@ -23,6 +23,11 @@ inline constexpr bool is_none = false;
 template <>
 inline constexpr bool is_none<none> = true;
 
+template <class T>
+inline constexpr bool is_bf16 = false;
+template <>
+inline constexpr bool is_bf16<bf16> = true;
+
 // T, or Fallback where T is `none` (a type to declare storage with that is never used).
 template <class T, class Fallback>
 struct or_type {

@@ -52,6 +52,42 @@ __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
   }
 }
 
+// A vector of shared memory widened to fp32 (bf16 pairs as words), read where and in
+// the order the code reads it: the loads are asm volatile, so the compiler neither
+// hoists a loop-invariant read out of its loop nor moves them ahead of each other. As
+// plain reads, norm_bwd_bulk_kernel's weight slice (the same every row) left the row
+// loop for registers the kernel did not have and the items' loads went ahead: NVRTC
+// 13.0 spilled 16-116 bytes at 128 registers (LayerNorm bf16 N=8192-16384 on one CTA).
+// VEC * sizeof(T) is 8, 16 or 32 bytes, and p (shared memory) aligned to it.
+template <int VEC, class T>
+__device__ __forceinline__ void load_shared_vec(const T* p, float (&out)[VEC]) {
+  constexpr int WORDS = VEC * static_cast<int>(sizeof(T)) / 4;
+  static_assert(WORDS == 2 || WORDS % 4 == 0, "8, 16 or 32 bytes");
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  union {
+    unsigned w[WORDS];
+    Packed<T, VEC> pk;
+  } u;
+  if constexpr (WORDS == 2) {
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "r"(at));
+  } else {
+#pragma unroll
+    for (int j = 0; j < WORDS; j += 4)
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(u.w[j]), "=r"(u.w[j + 1]), "=r"(u.w[j + 2]), "=r"(u.w[j + 3])
+                   : "r"(at + 4 * j));
+  }
+  if constexpr (is_bf16<T>) {
+#pragma unroll
+    for (int j = 0; j < WORDS; ++j) {
+      out[2 * j] = __uint_as_float(u.w[j] << 16);
+      out[2 * j + 1] = __uint_as_float(u.w[j] & 0xffff0000u);
+    }
+  } else {
+    widen(u.pk, out);
+  }
+}
+
 // The raw vector, for kernels that keep data in registers in its storage dtype.
 template <int VEC, class T>
 __device__ __forceinline__ Packed<T, VEC> load_packed(const T* p) {

@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   }
   if constexpr (W_SHARED) {
     if (!w_bulk) {
+#pragma unroll 1  // unrolled, it spilled 4 bytes of a 128-register row loop (NVRTC 13.0)
       for (int i = threadIdx.x; i < SLICE_ELEMS; i += Cfg::THREADS) w_smem[i] = w_global[i];
     }
   }

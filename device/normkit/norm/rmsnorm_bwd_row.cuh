@@ -112,16 +112,27 @@ struct NormBwdRow {
       combine<XH_SCALED>(w, h, d, xh, g);
     }
   }
-  // The same with the weight's vector at ws, which must not be null (a shared copy the
-  // kernel always has: no test of the pointer and no global fallback in the row loop,
-  // where those took ~20 instructions a vector in norm_bwd_bulk_kernel's SASS).
+  // The same with h, dout and the weight's vector all in shared memory (a ring's stage
+  // and a copy of the weight's slice the kernel always has): no test of the pointer and
+  // no global fallback in the row loop, where those took ~20 instructions a vector in
+  // norm_bwd_bulk_kernel's SASS. Read by load_shared_vec: as plain loads, NVRTC 13.0
+  // hoisted the weight's out of the row loop and scheduled the items' loads ahead,
+  // spilling 16-116 bytes at 128 registers (LayerNorm bf16 N=8192-16384 on one CTA).
   template <bool XH_SCALED = true, class WS>
   __device__ __forceinline__ void expand_shared(const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                                 float (&g)[VEC], float (&d)[VEC]) const {
     float w[VEC], h[VEC];
-    load_param<VEC, W, !CENTER>(ws, 0, 0, p.weight_offset, 1.f, w);
-    load_vec<VEC>(hs, h);
-    load_vec<VEC>(ds, d);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) w[i] = 1.f;
+    if constexpr (!is_none<W>) {
+      load_shared_vec<VEC>(ws, w);
+      if constexpr (!CENTER) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) w[i] += p.weight_offset;
+      }
+    }
+    load_shared_vec<VEC>(hs, h);
+    load_shared_vec<VEC>(ds, d);
     combine<XH_SCALED>(w, h, d, xh, g);
   }
   // xhat (XH_SCALED false: h - mean) and g from h, dout and the weight (weight_offset added).
