@@ -152,28 +152,35 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   if (w_bulk) mbarrier_wait(&params_full, 0);
 
   using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
-  // xhat (XH_SCALED false: h - mean), g and dout of item k of the thread's row in stage
-  // s, the weight from its shared slice (W_SHARED) or global memory.
-  // (A generic lambda taking the flag as a BoolTag crashed NVRTC 13.2's front end.)
+  // How the row loop reads a vector. SHARED_EXPAND: h, dout and the weight straight from
+  // shared memory (Row::expand_shared, 15-25 % fewer instructions in the loop) and pass
+  // 2 with h - mean (rstd folded into dx's coefficient). Otherwise as before: the weight
+  // through a pointer that may be null (w_ready is always true where W_SHARED, but the
+  // compiler cannot know it; where it could, NVRTC 13.0 hoisted the weight out of the
+  // row loop and spilled) and plain loads. Same-call A/B on the H200
+  // (docs/perf/h200-2026-12-02c.md), bf16 rows, ratio to copy: LayerNorm over clusters
+  // N=32768-262144 +2-17 % (e.g. 131072 0.761 -> 0.884, with dresidual_out 32768 0.783
+  // -> 0.873), RMSNorm over 16 CTAs N=262144 0.834 -> 0.897; but RMSNorm over 2-8 CTAs
+  // N=32768-131072 -1-3 %, and the one-CTA rows LayerNorm N=16384 0.877 -> 0.835 and
+  // short rows N=2048 0.904 -> 0.851, so those keep the old reads.
+  constexpr bool SHARED_EXPAND = W_SHARED && ROWS == 1 && CLUSTER > 1 && (CENTER || CLUSTER >= 16);
+  const bool w_ready = W_SHARED && p.weight != nullptr;
+  // xhat (xh_scaled false: h - mean), g and dout of item k of the thread's row in stage s.
+  // (A generic lambda taking the flag as a type crashed NVRTC 13.2's front end.)
   auto expand_item = [&](const Row& row, int s, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC],
                          float (&d)[VEC]) {
     const int v = t.slice_vector(k);
     const unsigned char* const at = stage(s);
     const X* const hs = reinterpret_cast<const X*>(at + sub * L.x_bytes + v * 16);
     const DY* const ds = reinterpret_cast<const DY*>(at + DY_AT + sub * DY_BYTES + v * (VEC * sizeof(DY)));
-    if constexpr (W_SHARED) {
+    if constexpr (SHARED_EXPAND) {
       if (xh_scaled) {
         row.template expand_shared<true>(w_smem + v * VEC, hs, ds, xh, g, d);
       } else {
         row.template expand_shared<false>(w_smem + v * VEC, hs, ds, xh, g, d);
       }
     } else {
-      const WT* const no_copy = nullptr;
-      if (xh_scaled) {
-        row.template expand_at<true>(t.column(k), no_copy, hs, ds, xh, g, d);
-      } else {
-        row.template expand_at<false>(t.column(k), no_copy, hs, ds, xh, g, d);
-      }
+      row.template expand_at<true>(t.column(k), w_ready ? w_smem + v * VEC : nullptr, hs, ds, xh, g, d);
     }
   };
 
@@ -249,8 +256,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
-      expand_item(row, s, k, false, xh, gv, d);
-      row.template store_dx_at<false>(t.column(k), xh, gv, means,
+      expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
+      row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means,
                       reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                    t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
     });

@@ -95,27 +95,27 @@ struct NormBwdRow {
   }
   // The same with h and dout read from memory at hs and ds (a ring's stage: load_vec
   // widens bf16 pairs as words), the weight from its row at column `col`, or, where
-  // ws is given, from there (a copy of its slice in shared memory, raw); LayerNorm's
-  // weight without weight_offset (always 0 there: one add an element fewer).
+  // ws is given, from there (a copy of its slice in shared memory, raw).
   // XH_SCALED false: xh is h - mean, not yet times rstd (store_dx_at<false> folds rstd
   // into its coefficient: one multiply an element fewer).
   template <bool XH_SCALED = true, class WS>
   __device__ __forceinline__ void expand_at(int col, const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                             float (&g)[VEC], float (&d)[VEC]) const {
+    float w[VEC], h[VEC];
     if (ws != nullptr) {
-      expand_shared<XH_SCALED>(ws, hs, ds, xh, g, d);
+      load_param<VEC, W>(ws, 0, 0, p.weight_offset, 1.f, w);
     } else {
-      float w[VEC], h[VEC];
-      load_param<VEC, W, !CENTER>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
-      load_vec<VEC>(hs, h);
-      load_vec<VEC>(ds, d);
-      combine<XH_SCALED>(w, h, d, xh, g);
+      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     }
+    load_vec<VEC>(hs, h);
+    load_vec<VEC>(ds, d);
+    combine<XH_SCALED>(w, h, d, xh, g);
   }
   // The same with h, dout and the weight's vector all in shared memory (a ring's stage
   // and a copy of the weight's slice the kernel always has): no test of the pointer and
   // no global fallback in the row loop, where those took ~20 instructions a vector in
-  // norm_bwd_bulk_kernel's SASS. Read by load_shared_vec: as plain loads, NVRTC 13.0
+  // norm_bwd_bulk_kernel's SASS; LayerNorm's weight without weight_offset's add (0
+  // there: one add an element fewer). Read by load_shared_vec: as plain loads, NVRTC 13.0
   // hoisted the weight's out of the row loop and scheduled the items' loads ahead,
   // spilling 16-116 bytes at 128 registers (LayerNorm bf16 N=8192-16384 on one CTA).
   template <bool XH_SCALED = true, class WS>
