@@ -37,7 +37,9 @@
 // bf16 rows are bound by instruction issue as much as by memory (ncu, one 512-thread
 // CTA an SM: 55-68 % of issue slots busy, 32-38 instructions an element,
 // docs/perf/h200-2026-12-02b.md), so the stages are read through load_vec, which
-// widens bf16 pairs as words.
+// widens bf16 pairs as words, and where it measured faster (SHARED_EXPAND below) the
+// weight slice is always in shared memory and read with h and dout without a pointer
+// test (docs/perf/h200-2026-12-02c.md).
 #pragma once
 
 #include "normkit/common/async_copy.cuh"
