@@ -126,13 +126,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     }
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
-  // With W_SMEM the weight's slice is always in shared memory: one bulk copy where it is
-  // 16-byte aligned, else copied by every thread (once a kernel), so that the row loop
-  // reads it from there unconditionally.
-  constexpr bool W_SHARED = L.params_bytes > 0;
+  constexpr bool W_SHARED = L.params_bytes > 0;  // W_SMEM with a weight
+  // How the row loop reads a vector. SHARED_EXPAND: h, dout and the weight straight from
+  // shared memory (Row::expand_shared, 15-25 % fewer instructions in the loop) and pass
+  // 2 with h - mean (rstd folded into dx's coefficient); the weight slice is then always
+  // in shared memory (copied by the threads where the bulk copy cannot take it).
+  // Otherwise 00f2f32's code: the weight through a pointer that is null where the slice
+  // was not bulk-copied, plain loads. Same-call A/B on the H200
+  // (docs/perf/h200-2026-12-02c.md), bf16 rows, ratio to copy: LayerNorm over clusters
+  // N=32768-262144 +2-17 % (e.g. 131072 0.761 -> 0.884, with dresidual_out 32768 0.783
+  // -> 0.873), RMSNorm over 16 CTAs N=262144 0.834 -> 0.897; but RMSNorm over 2-8 CTAs
+  // N=32768-131072 -1-3 %, and the one-CTA rows LayerNorm N=16384 0.877 -> 0.835 and
+  // short rows N=2048 0.904 -> 0.851, so those keep the old reads. (Those rows then
+  // moved by up to 5-7 % either way when only the null test's operand changed: RMSNorm
+  // N=32768 0.873 -> 0.943, 65536 0.914 -> 0.869; so they keep 00f2f32's code exactly.)
+  constexpr bool SHARED_EXPAND = W_SHARED && ROWS == 1 && CLUSTER > 1 && (CENTER || CLUSTER >= 16);
   const bool w_bulk = W_SHARED && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
   using WT = typename or_type<W, float>::type;
   WT* const w_smem = reinterpret_cast<WT*>(bulk_memory + RING_BYTES);
+  const auto* w_vectors = reinterpret_cast<const Packed<WT, VEC>*>(bulk_memory + RING_BYTES);  // as 00f2f32 read it
   if (threadIdx.x == 0) {
     init_bulk_barriers(bulk_barriers);
     if (w_bulk) {
@@ -142,7 +154,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) issue_group(part + s * parts, s);
   }
-  if constexpr (W_SHARED) {
+  if constexpr (SHARED_EXPAND) {
     if (!w_bulk) {
 #pragma unroll 1  // unrolled, it spilled 4 bytes of a 128-register row loop (NVRTC 13.0)
       for (int i = threadIdx.x; i < SLICE_ELEMS; i += Cfg::THREADS) w_smem[i] = w_global[i];
@@ -154,19 +166,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   if (w_bulk) mbarrier_wait(&params_full, 0);
 
   using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
-  // How the row loop reads a vector. SHARED_EXPAND: h, dout and the weight straight from
-  // shared memory (Row::expand_shared, 15-25 % fewer instructions in the loop) and pass
-  // 2 with h - mean (rstd folded into dx's coefficient). Otherwise as before: the weight
-  // through a pointer that may be null (w_ready is always true where W_SHARED, but the
-  // compiler cannot know it; where it could, NVRTC 13.0 hoisted the weight out of the
-  // row loop and spilled) and plain loads. Same-call A/B on the H200
-  // (docs/perf/h200-2026-12-02c.md), bf16 rows, ratio to copy: LayerNorm over clusters
-  // N=32768-262144 +2-17 % (e.g. 131072 0.761 -> 0.884, with dresidual_out 32768 0.783
-  // -> 0.873), RMSNorm over 16 CTAs N=262144 0.834 -> 0.897; but RMSNorm over 2-8 CTAs
-  // N=32768-131072 -1-3 %, and the one-CTA rows LayerNorm N=16384 0.877 -> 0.835 and
-  // short rows N=2048 0.904 -> 0.851, so those keep the old reads.
-  constexpr bool SHARED_EXPAND = W_SHARED && ROWS == 1 && CLUSTER > 1 && (CENTER || CLUSTER >= 16);
-  const bool w_ready = W_SHARED && p.weight != nullptr;
   // xhat (xh_scaled false: h - mean), g and dout of item k of the thread's row in stage s.
   // (A generic lambda taking the flag as a type crashed NVRTC 13.2's front end.)
   auto expand_item = [&](const Row& row, int s, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC],
@@ -182,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
         row.template expand_shared<false>(w_smem + v * VEC, hs, ds, xh, g, d);
       }
     } else {
-      row.template expand_at<true>(t.column(k), w_ready ? w_smem + v * VEC : nullptr, hs, ds, xh, g, d);
+      row.expand_at(t.column(k), w_bulk ? w_vectors[v].v : nullptr, hs, ds, xh, g, d);
     }
   };
 
