@@ -568,6 +568,31 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   return in.n == 8192 ? 16 : 0;
 }
 
+// RowPlan::shared_reads of a bulk ring plan `p`: it needs the weight's slice beside the
+// stages (weight_smem; without a weight there is no pointer to test). Where the plans
+// take it themselves: the row loop of LayerNorm bf16 N=65536 (ring over 4 CTAs) has
+// 15 % fewer SASS instructions (1495 -> 1273), and those rings issue an instruction
+// in 55-68 % of cycles (ncu, docs/perf/h200-2026-12-02b.md). H200, M*N = 2^27, bf16
+// backward, ratio to copy, same-call A/B against the pointer reads (00f2f32 -> fc7382e
+// two rounds, -> a0938af one round; docs/perf/h200-2026-12-02c.md):
+//   LayerNorm over clusters: N=32768 0.829 -> 0.851, 65536 0.755 -> 0.893, 131072
+//   0.761 -> 0.878, 262144 0.688 -> 0.802; with dresidual_out N=32768 0.781 -> 0.865,
+//   65536 0.769 -> 0.867, 262144 0.832 -> 0.874;
+//   RMSNorm over 16 CTAs: N=262144 0.825 -> 0.895.
+// Not taken (slower): RMSNorm over 2-8 CTAs, N=32768-131072 (0.872 -> 0.855, 0.912 ->
+// 0.876-0.880, 0.902 -> 0.895); LayerNorm on one CTA, N=16384 (0.877 -> 0.835) and
+// short rows, N=2048 (0.904 -> 0.851). fp32 rows (fc7382e, every ring on the shared
+// reads): LayerNorm over clusters N=32768-131072 within -1.5 / +2 % (131072 0.953 ->
+// 0.939, with dresidual_out 0.928 -> 0.946), taken as the bf16 rule. Not measured:
+// fp16 rows, sm_100 (no ring before sm_90).
+namespace {
+bool shared_reads_planned(const RowPlan& p, const RowPlanInputs& in) {
+  if (!p.weight_smem || in.weight_bytes == 0 || in.forced_shared_reads < 0) return false;
+  if (in.forced_shared_reads > 0) return true;
+  return p.rows == 1 && p.cluster > 1 && (in.center || p.cluster >= 16);
+}
+}  // namespace
+
 RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int dro_bytes = in.dresidual_out_bytes;
   if (!in.forced_bulk_rows || !in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
@@ -613,6 +638,7 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
   p.rows = rows;
   p.row_sums = true;  // the kernel sums dw/db itself
   p.weight_smem = stages.params_smem;
+  p.shared_reads = shared_reads_planned(p, in);
   // The kernel's layout counts stages * rows row slices (norm_bwd_bulk_kernel).
   p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes,
                                                        p.weight_smem ? in.weight_bytes : 0, 0, p.bulk_stages * rows)

@@ -73,6 +73,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "w" && backward) {
       NK_CHECK(value == "smem" || value == "global", variable, ": w='", value, "' is not smem or global");
       o.weight_smem = value == "smem" ? 1 : -1;
+    } else if (key == "reads" && backward) {
+      NK_CHECK(value == "shared" || value == "pointer", variable, ": reads='", value, "' is not shared or pointer");
+      o.shared_reads = value == "shared" ? 1 : -1;
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
@@ -87,7 +90,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       if (!o.bulk_rows && !o.group_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages)"
+               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads)"
                         : ", row, with row=bulk cluster and stages, with row=group stages)");
     }
   }

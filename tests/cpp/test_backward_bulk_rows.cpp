@@ -261,3 +261,43 @@ TEST_F(RmsNormKernelSweep, BackwardBulkShortRowsCompileWithoutSpills) {
         }
   EXPECT_GE(kernels, 100);
 }
+
+// RowPlan::shared_reads (norm_bwd_bulk_kernel's SHARED_READS, shared_reads_planned in
+// rmsnorm_heuristics_bwd.cpp): the bulk rings over a cluster where it measured faster
+// (LayerNorm; RMSNorm over 16 CTAs), not the one-CTA or short rows or RMSNorm over
+// 2-8 CTAs; reads=shared / reads=pointer force it either way where the weight's slice
+// is beside the stages, and nothing without one.
+TEST(RmsNormPlan, BackwardBulkSharedReadsWhereMeasured) {
+  const auto o = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,reads=shared");
+  EXPECT_EQ(o.shared_reads, 1);
+  EXPECT_TRUE(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "reads=pointer").any());
+  EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "reads=pointer").shared_reads, -1);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "reads=global"), normkit::Error);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "reads=shared"), normkit::Error);
+
+  struct Case {
+    std::int64_t n;
+    bool center, dro, shared;
+  };
+  for (const Case& c : {Case{32768, true, false, true}, Case{65536, true, false, true}, Case{131072, true, false, true},
+                        Case{262144, true, false, true}, Case{65536, true, true, true}, Case{262144, true, true, true},
+                        Case{262144, false, false, true}, Case{32768, false, false, false},
+                        Case{65536, false, false, false}, Case{131072, false, false, false},
+                        Case{16384, true, false, false}, Case{2048, true, false, false},
+                        Case{8192, false, false, false}}) {
+    const RowPlan p = planned_bwd(c.n, bf16, bf16, c.center, c.dro, "").plan;
+    ASSERT_GT(p.bulk_stages, 0) << c.n << " " << p.str();
+    EXPECT_EQ(p.shared_reads, c.shared) << c.n << " center " << c.center << " " << p.str();
+    EXPECT_EQ(p.shared_reads, p.str().find(" shared_reads") != std::string::npos) << p.str();
+    EXPECT_TRUE(planned_bwd(c.n, bf16, bf16, c.center, c.dro, "row=bulk,reads=shared").plan.shared_reads) << c.n;
+    EXPECT_FALSE(planned_bwd(c.n, bf16, bf16, c.center, c.dro, "row=bulk,reads=pointer").plan.shared_reads) << c.n;
+  }
+  // Without a weight (no dw) there is no slice beside the stages: never.
+  RmsBwdSpec no_w = norm_bwd_spec(65536, bf16, bf16, true, false);
+  no_w.weight.reset();
+  no_w.dbias.reset();
+  no_w.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,reads=shared");
+  const RowPlan p = plan_bwd(no_w, 8, 90);
+  EXPECT_GT(p.bulk_stages, 0) << p.str();
+  EXPECT_FALSE(p.weight_smem || p.shared_reads) << p.str();
+}

@@ -113,9 +113,10 @@ def _view_8_bytes_past_16(n, dtype):
 
 # fp32 rows take vectors of 4 (16 bytes); a 16-bit weight then needs only 8-byte
 # alignment, so its slice may not be 16-byte aligned for the bulk copy: the ring
-# kernels then copy it into shared memory with plain loads (norm_bwd_bulk_kernel,
-# norm_bwd_group_kernel's W_SHARED fallback), which this exercises.
-@pytest.mark.parametrize("override", ["row=bulk", "row=group"])
+# kernels then copy it into shared memory with plain loads where they read it there
+# unconditionally (norm_bwd_bulk_kernel's SHARED_READS, norm_bwd_group_kernel), or read
+# it from global memory (the bulk ring's pointer reads): both exercised here.
+@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,reads=shared", "row=bulk,reads=pointer", "row=group"])
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 def test_backward_ring_weight_8_byte_aligned(override, op):
     m, n = 203, 65536

@@ -37,7 +37,7 @@
 // bf16 rows are bound by instruction issue as much as by memory (ncu, one 512-thread
 // CTA an SM: 55-68 % of issue slots busy, 32-38 instructions an element,
 // docs/perf/h200-2026-12-02b.md), so the stages are read through load_vec, which
-// widens bf16 pairs as words, and where it measured faster (SHARED_EXPAND below) the
+// widens bf16 pairs as words, and where it measured faster (SHARED_READS below) the
 // weight slice is always in shared memory and read with h and dout without a pointer
 // test (docs/perf/h200-2026-12-02c.md).
 #pragma once
@@ -49,7 +49,7 @@
 namespace nk {
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
-          int STAGES>
+          bool SHARED_READS, int STAGES>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int CLUSTER = Cfg::CLUSTER;
@@ -127,20 +127,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   };
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
   constexpr bool W_SHARED = L.params_bytes > 0;  // W_SMEM with a weight
-  // How the row loop reads a vector. SHARED_EXPAND: h, dout and the weight straight from
-  // shared memory (Row::expand_shared, 15-25 % fewer instructions in the loop) and pass
-  // 2 with h - mean (rstd folded into dx's coefficient); the weight slice is then always
-  // in shared memory (copied by the threads where the bulk copy cannot take it).
-  // Otherwise 00f2f32's code: the weight through a pointer that is null where the slice
-  // was not bulk-copied, plain loads. Same-call A/B on the H200
-  // (docs/perf/h200-2026-12-02c.md), bf16 rows, ratio to copy: LayerNorm over clusters
-  // N=32768-262144 +2-17 % (e.g. 131072 0.761 -> 0.884, with dresidual_out 32768 0.783
-  // -> 0.873), RMSNorm over 16 CTAs N=262144 0.834 -> 0.897; but RMSNorm over 2-8 CTAs
-  // N=32768-131072 -1-3 %, and the one-CTA rows LayerNorm N=16384 0.877 -> 0.835 and
-  // short rows N=2048 0.904 -> 0.851, so those keep the old reads. (Those rows then
-  // moved by up to 5-7 % either way when only the null test's operand changed: RMSNorm
-  // N=32768 0.873 -> 0.943, 65536 0.914 -> 0.869; so they keep 00f2f32's code exactly.)
-  constexpr bool SHARED_EXPAND = W_SHARED && ROWS == 1 && CLUSTER > 1 && (CENTER || CLUSTER >= 16);
+  // How the row loop reads a vector (RowPlan::shared_reads; where the plans take it,
+  // and its measurements: rmsnorm_heuristics_bwd.cpp). SHARED_READS: h, dout and the
+  // weight straight from shared memory (Row::expand_shared, 15-25 % fewer instructions
+  // in the loop) and pass 2 with h - mean (rstd folded into dx's coefficient); the
+  // weight slice is then always in shared memory (copied by the threads where the bulk
+  // copy cannot take it). Otherwise 00f2f32's code, byte for byte in SASS: the weight
+  // through a pointer that is null where the slice was not bulk-copied, plain loads.
+  // (Forming that pointer from another test moved those rows by 5-7 % either way,
+  // docs/perf/h200-2026-12-02c.md.)
+  static_assert(!SHARED_READS || W_SMEM, "shared reads need the weight's slice beside the stages");
+  constexpr bool SHARED_EXPAND = SHARED_READS && W_SHARED;
   const bool w_bulk = W_SHARED && reinterpret_cast<unsigned long long>(w_global) % 16 == 0;
   using WT = typename or_type<W, float>::type;
   WT* const w_smem = reinterpret_cast<WT*>(bulk_memory + RING_BYTES);

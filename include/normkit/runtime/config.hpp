@@ -34,9 +34,10 @@ struct PlanOverride {
   int smem_row = 0;          // row= (forward only): 1 smem (the CTA's slice of the row staged in shared memory), -1 regs, 0 the plan's
   int weight_smem = 0;       // w= (backward only): 1 smem (the CTA's slice of the weight read from shared memory), -1 global, 0 the plan's
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's
+  int shared_reads = 0;      // reads= (backward, row=bulk): 1 shared (RowPlan::shared_reads), -1 pointer, 0 the plan's
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
-           weight_smem || l2_next || bulk_rows || bulk_stages || group_rows;
+           weight_smem || l2_next || bulk_rows || bulk_stages || group_rows || shared_reads;
   }
 };
 
