@@ -70,7 +70,7 @@ struct RowPlan {
   // Backward bulk ring (bulk_stages) with the weight's slice beside the stages
   // (weight_smem): the row loop reads h, dout and the weight from shared memory with no
   // pointer test (norm_bwd_bulk_kernel's SHARED_READS), where it measured faster
-  // (with_shared_reads) or NORMKIT_BACKWARD_PLAN's reads=shared asks.
+  // (shared_reads_planned) or NORMKIT_BACKWARD_PLAN's reads=shared asks.
   bool shared_reads = false;
   // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it,
   // or where it measured faster on sm_90 (bulk_rows_measured,

@@ -132,4 +132,16 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
 #endif
 }
 
+// Copies `count` elements from global memory into shared memory, every thread of the
+// CTA (thread `tid` of `threads`) a strided share, by plain loads and stores (none of
+// the alignment above needed): the fallback where a bulk copy cannot take the data
+// (its source not 16-byte aligned). Not unrolled: unrolled, it spilled 4 bytes of a
+// 128-register row loop after it (NVRTC 13.0). The caller synchronizes the CTA before
+// the copy is read.
+template <class T>
+__device__ __forceinline__ void copy_by_threads(T* shared_dst, const T* global_src, int count, int tid, int threads) {
+#pragma unroll 1
+  for (int i = tid; i < count; i += threads) shared_dst[i] = global_src[i];
+}
+
 }  // namespace nk

@@ -37,6 +37,14 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
 // where widening took a fifth of the row loop), and rebuilding the words from the
 // elements after the load does not undo it (nvcc 13.0: the same PRMTs, and the
 // global weight's one 16-byte load split into eight 2-byte ones).
+template <int WORDS>
+__device__ __forceinline__ void widen_bf16_words(const unsigned (&words)[WORDS], float (&out)[2 * WORDS]) {
+#pragma unroll
+  for (int j = 0; j < WORDS; ++j) {
+    out[2 * j] = __uint_as_float(words[j] << 16);
+    out[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+  }
+}
 template <int VEC>
 __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
   if constexpr (VEC % 2 != 0) {
@@ -44,11 +52,7 @@ __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
     widen(pk, out);
   } else {
     const Packed<unsigned, VEC / 2> words = *reinterpret_cast<const Packed<unsigned, VEC / 2>*>(p);
-#pragma unroll
-    for (int j = 0; j < VEC / 2; ++j) {
-      out[2 * j] = __uint_as_float(words.v[j] << 16);
-      out[2 * j + 1] = __uint_as_float(words.v[j] & 0xffff0000u);
-    }
+    widen_bf16_words(words.v, out);
   }
 }
 
@@ -78,11 +82,7 @@ __device__ __forceinline__ void load_shared_vec(const T* p, float (&out)[VEC]) {
                    : "r"(at + 4 * j));
   }
   if constexpr (is_bf16<T>) {
-#pragma unroll
-    for (int j = 0; j < WORDS; ++j) {
-      out[2 * j] = __uint_as_float(u.w[j] << 16);
-      out[2 * j + 1] = __uint_as_float(u.w[j] & 0xffff0000u);
-    }
+    widen_bf16_words(u.w, out);
   } else {
     widen(u.pk, out);
   }

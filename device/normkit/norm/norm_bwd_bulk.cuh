@@ -152,10 +152,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for (int s = 0; s < STAGES; ++s) issue_group(part + s * parts, s);
   }
   if constexpr (SHARED_EXPAND) {
-    if (!w_bulk) {
-#pragma unroll 1  // unrolled, it spilled 4 bytes of a 128-register row loop (NVRTC 13.0)
-      for (int i = threadIdx.x; i < SLICE_ELEMS; i += Cfg::THREADS) w_smem[i] = w_global[i];
-    }
+    if (!w_bulk) copy_by_threads(w_smem, w_global, SLICE_ELEMS, threadIdx.x, Cfg::THREADS);
   }
   __syncthreads();  // the stages' barriers initialized before any thread waits on them
   unsigned step = 0;  // cluster exchanges so far (the same count in every CTA of the cluster)

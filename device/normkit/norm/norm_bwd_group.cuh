@@ -110,10 +110,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
     for (int s = 0; s < STAGES; ++s) issue_row(s, s);
   }
   if constexpr (W_SHARED) {
-    if (!w_bulk) {
-#pragma unroll 1  // unrolled, it spilled 4 bytes of a 128-register row loop (NVRTC 13.0)
-      for (int i = threadIdx.x; i < SLICE_ELEMS; i += TPR) w_smem[i] = w_global[i];
-    }
+    if (!w_bulk) copy_by_threads(w_smem, w_global, SLICE_ELEMS, threadIdx.x, TPR);
   }
   __syncthreads();  // the stages' barriers initialized before any thread waits on them
   if (w_bulk) mbarrier_wait(&weight_full, 0);

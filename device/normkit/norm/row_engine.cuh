@@ -142,10 +142,8 @@ __device__ __forceinline__ void prefetch_slice_l2(const RowsParam& t, const Rows
 }
 
 // Per-column parameter (weight/bias) scaled for the epilogue: (p + offset), or
-// `fallback` when the parameter is absent. ADD_OFFSET false: the caller knows the
-// offset is 0 (LayerNorm's weight), and no add is emitted (x + 0.f is not folded:
-// -0.f + 0.f is +0.f).
-template <int VEC, class T, bool ADD_OFFSET = true>
+// `fallback` when the parameter is absent.
+template <int VEC, class T>
 __device__ __forceinline__ void load_param(const void* base, long long head_offset, int col, float offset,
                                            float fallback, float (&v)[VEC]) {
   if constexpr (is_none<T>) {
@@ -153,10 +151,8 @@ __device__ __forceinline__ void load_param(const void* base, long long head_offs
     for (int i = 0; i < VEC; ++i) v[i] = fallback;
   } else {
     load_vec<VEC>(static_cast<const T*>(base) + head_offset + col, v);
-    if constexpr (ADD_OFFSET) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] += offset;
-    }
+    for (int i = 0; i < VEC; ++i) v[i] += offset;
   }
 }
 
