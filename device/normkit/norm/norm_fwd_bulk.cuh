@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       if (!t.owns(k)) return;
       const int col = t.column(k);
       float w[VEC], b[VEC];
-      params.get(p, t.slice_vector(k) * VEC, head_offset, col, w, b);
+      params.get(p, weight_offset_of<CENTER>(p), t.slice_vector(k) * VEC, head_offset, col, w, b);
       float v[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {

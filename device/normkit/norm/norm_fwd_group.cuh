@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         const int at = (k * TPR + static_cast<int>(threadIdx.x)) * VEC;
         float h[VEC], w[VEC], b[VEC];
         load_h(xs, rs, k, h);
-        params.get(p, at, head_offset, at, w, b);
+        params.get(p, weight_offset_of<CENTER>(p), at, head_offset, at, w, b);
         float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? h[i] - mean : h[i]) * rstd * w[i] + b[i];

@@ -70,6 +70,9 @@ struct RowThread {
   // Vector k of this thread within the CTA's slice (may be past the slice's end).
   __device__ int slice_vector(int k) const { return k * Cfg::TPR + lane; }
   __device__ bool owns(int k) const {
+    // Folded where it is known: the compiler cannot see lane < TPR, and kept a
+    // compare and branch a vector (the SASS of the forward's long rows).
+    if constexpr (Cfg::ALL_OWNED) return true;
     const int v = slice_vector(k);
     return v < Cfg::SLICE_V && static_cast<int>(rank) * Cfg::SLICE_V + v < Cfg::NV;
   }
@@ -141,8 +144,31 @@ __device__ __forceinline__ void prefetch_slice_l2(const RowsParam& t, const Rows
   }
 }
 
+// The offset argument of a parameter that takes none. x + (-0.f) is x for every x
+// (-0 and NaN included), so the compiler drops the add; x + 0.f turns -0 into +0 and
+// is kept: one FADD an element for nothing (16 of the 89 SASS instructions of a
+// vector in LayerNorm's forward epilogue went to its bias's and its weight's).
+constexpr float kNoOffset = -0.f;
+
+// The offset added to the weight: RMSNorm's weight_offset; LayerNorm (CENTER) takes
+// none (its host refuses one), so its kernels add nothing.
+template <bool CENTER, class P>
+__device__ __forceinline__ float weight_offset_of(const P& p) {
+  return CENTER ? kNoOffset : p.weight_offset;
+}
+
+// Element `offset` of a parameter of element type T (base itself when absent).
+template <class T>
+__device__ __forceinline__ const void* param_at(const void* base, long long offset) {
+  if constexpr (is_none<T>) {
+    return base;
+  } else {
+    return static_cast<const T*>(base) + offset;
+  }
+}
+
 // Per-column parameter (weight/bias) scaled for the epilogue: (p + offset), or
-// `fallback` when the parameter is absent.
+// `fallback` when the parameter is absent (kNoOffset: nothing added).
 template <int VEC, class T>
 __device__ __forceinline__ void load_param(const void* base, long long head_offset, int col, float offset,
                                            float fallback, float (&v)[VEC]) {
@@ -196,15 +222,15 @@ struct RingParams {
     if constexpr (!is_none<B>)
       bulk_load(const_cast<B*>(b), static_cast<const B*>(p.bias) + slice_begin, L.params_bytes - L.weight_bytes, full);
   }
-  // w (+ weight_offset) and b of the vector at element `at` of the slice, or (not
-  // cached) at element head_offset + col of the parameters; 1 and 0 where absent.
-  __device__ void get(const NormFwdParams& p, int at, long long head_offset, int col, float (&wv)[VEC],
-                      float (&bv)[VEC]) const {
+  // w (+ w_offset: weight_offset_of) and b of the vector at element `at` of the slice,
+  // or (not cached) at element head_offset + col of the parameters; 1 and 0 where absent.
+  __device__ void get(const NormFwdParams& p, float w_offset, int at, long long head_offset, int col,
+                      float (&wv)[VEC], float (&bv)[VEC]) const {
     if (cached) {
       if constexpr (!is_none<W>) {
         load_vec<VEC>(w + at, wv);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) wv[i] += p.weight_offset;
+        for (int i = 0; i < VEC; ++i) wv[i] += w_offset;
       } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) wv[i] = 1.f;
@@ -216,8 +242,8 @@ struct RingParams {
         for (int i = 0; i < VEC; ++i) bv[i] = 0.f;
       }
     } else {
-      load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, wv);
-      load_param<VEC, B>(p.bias, head_offset, col, 0.f, 0.f, bv);
+      load_param<VEC, W>(p.weight, head_offset, col, w_offset, 1.f, wv);
+      load_param<VEC, B>(p.bias, head_offset, col, kNoOffset, 0.f, bv);
     }
   }
 };
