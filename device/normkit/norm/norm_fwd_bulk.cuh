@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     RawVec<X, VEC> raw[Cfg::ITEMS];
     RawVec<typename or_type<R, X>::type, VEC> raw_res[is_none<R> ? 1 : Cfg::ITEMS];
     for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
+      if (!t.owns_folded(k)) return;
       raw[k].pk = *reinterpret_cast<const decltype(raw[k].pk)*>(stage(s) + t.slice_vector(k) * 16);
       if constexpr (!is_none<R>)
         raw_res[k].pk = *reinterpret_cast<const decltype(raw_res[k].pk)*>(stage(s) + L.x_bytes +
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     }
     float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h - shift
     for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
+      if (!t.owns_folded(k)) return;
       float v[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       refill();
       float sq = 0.f;
       for_each_item<Cfg>([&](int k) {
-        if (!t.owns(k)) return;
+        if (!t.owns_folded(k)) return;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           const float d = h(k, i, false) - slice_mean;
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     O* const out = row_ptr_mut<O>(p.out, p.shape, r);
     const long long head_offset = params_cached ? 0 : (r % p.shape.heads) * Cfg::N;
     for_each_item<Cfg>([&](int k) {
-      if (!t.owns(k)) return;
+      if (!t.owns_folded(k)) return;
       const int col = t.column(k);
       float w[VEC], b[VEC];
       params.get(p, weight_offset_of<CENTER>(p), t.slice_vector(k) * VEC, head_offset, col, w, b);

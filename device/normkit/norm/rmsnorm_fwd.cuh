@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     if constexpr (PARAMS_SMEM) {
       const long long head_offset = (r % p.shape.heads) * Cfg::N;
       for_each_item<Cfg>([&](int k) {
-        if (!t.owns(k)) return;
+        if (!t.owns_folded(k)) return;
         const int v = t.slice_vector(k);
         if constexpr (W_ITEM > 0) {
           const auto* src = reinterpret_cast<const unsigned char*>(static_cast<const W*>(p.weight) + head_offset + t.column(k));
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       [[maybe_unused]] const unsigned char* res = nullptr;
       if constexpr (!is_none<R>) res = reinterpret_cast<const unsigned char*>(row_ptr<R>(p.residual, p.shape, at.r));
       for_each_item<Cfg>([&](int k) {
-        if (!at.active || !t.owns(k)) return;
+        if (!at.active || !t.owns_folded(k)) return;
 #pragma unroll
         for (int c = 0; c < X_ITEM; c += 16) cp_async_16(staged_x(k) + c, x + t.column(k) * static_cast<int>(sizeof(X)) + c);
         if constexpr (!is_none<R>) {
@@ -206,13 +206,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     if constexpr (RAW) {
       const X* x = row_ptr<X>(p.x, p.shape, at.r);
       for_each_item<Cfg>([&](int k) {
-        if (!at.active || !t.owns(k)) return;
+        if (!at.active || !t.owns_folded(k)) return;
         raw.x[k].load(x + t.column(k));
       });
       if constexpr (RAW_RES) {
         const R* res = row_ptr<R>(p.residual, p.shape, at.r);
         for_each_item<Cfg>([&](int k) {
-          if (!at.active || !t.owns(k)) return;
+          if (!at.active || !t.owns_folded(k)) return;
           raw.res[k].load(res + t.column(k));
         });
       }
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     BP b_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     if constexpr (EARLY_PARAMS) {
       for_each_item<Cfg>([&](int k) {
-        if (!active || !t.owns(k)) return;
+        if (!active || !t.owns_folded(k)) return;
         load_params(k, w_early[k], b_early[k]);
       });
     }
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     auto store_held_residual_out = [&]() {
       if constexpr (BATCH_LOADS && !is_none<RO>) {
         for_each_item<Cfg>([&](int k) {
-          if (!active || !t.owns(k) || (SHIFT && t.column(k) == 0)) return;
+          if (!active || !t.owns_folded(k) || (SHIFT && t.column(k) == 0)) return;
           float v[VEC];
           get_h(k, v, false);
           store_vec<VEC>(res_out + t.column(k), v);
@@ -381,9 +381,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     auto shifted_sums = [&](float around, bool first, float (&acc)[2]) {
       for_each_item<Cfg>([&](int k) {
         if constexpr (BATCH_LOADS) {
-          if (!Cfg::ALL_OWNED && !t.owns(k)) return;
+          if (!Cfg::ALL_OWNED && !t.owns_folded(k)) return;
         } else {
-          if (!active || !t.owns(k)) return;
+          if (!active || !t.owns_folded(k)) return;
         }
         float v[VEC];
         get_h(k, v, first);
@@ -451,9 +451,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       } else
       for_each_item<Cfg>([&](int k) {
         if constexpr (BATCH_LOADS) {
-          if (!Cfg::ALL_OWNED && !t.owns(k)) return;
+          if (!Cfg::ALL_OWNED && !t.owns_folded(k)) return;
         } else {
-          if (!active || !t.owns(k)) return;
+          if (!active || !t.owns_folded(k)) return;
         }
         float v[VEC];
         get_h(k, v, true);
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         mean = sum / static_cast<float>(Cfg::N);
         float sq = 0.f;
         for_each_item<Cfg>([&](int k) {
-          if (!active || !t.owns(k)) return;
+          if (!active || !t.owns_folded(k)) return;
           float v[VEC];
           get_h(k, v, false);
 #pragma unroll
@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     };
     if constexpr (EARLY_PARAMS) {
       for_each_item<Cfg>([&](int k) {
-        if (!t.owns(k)) return;
+        if (!t.owns_folded(k)) return;
         store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(w_early[k], b_early[k], w, b); });
       });
     } else if constexpr (LATE_GROUP > 1) {
@@ -531,11 +531,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         BP bg[LATE_GROUP];
 #pragma unroll
         for (int j = 0; j < LATE_GROUP; ++j) {
-          if (g + j < Cfg::ITEMS && t.owns(g + j)) load_params(g + j, wg[j], bg[j]);
+          if (g + j < Cfg::ITEMS && t.owns_folded(g + j)) load_params(g + j, wg[j], bg[j]);
         }
 #pragma unroll
         for (int j = 0; j < LATE_GROUP; ++j) {
-          if (g + j >= Cfg::ITEMS || !t.owns(g + j)) continue;
+          if (g + j >= Cfg::ITEMS || !t.owns_folded(g + j)) continue;
           store_item(g + j, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(wg[j], bg[j], w, b); });
         }
       }
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         if (params_cached) {
           cp_async_wait<0>();
           for_each_item<Cfg>([&](int k) {
-            if (!t.owns(k)) return;
+            if (!t.owns_folded(k)) return;
             const int v = t.slice_vector(k);
             store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
               WP wp;
@@ -569,7 +569,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       const void* const w_first = param_at<W>(p.weight, head_offset + t.column(0));
       const void* const b_first = param_at<B>(p.bias, head_offset + t.column(0));
       for_each_item<Cfg>([&](int k) {
-        if (!t.owns(k)) return;
+        if (!t.owns_folded(k)) return;
         store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
           const int item_col = t.column(k) - t.column(0);  // k * TPR * VEC
           load_param<VEC, W>(w_first, 0, item_col, weight_offset_of<CENTER>(p), 1.f, w);

@@ -70,11 +70,17 @@ struct RowThread {
   // Vector k of this thread within the CTA's slice (may be past the slice's end).
   __device__ int slice_vector(int k) const { return k * Cfg::TPR + lane; }
   __device__ bool owns(int k) const {
-    // Folded where it is known: the compiler cannot see lane < TPR, and kept a
-    // compare and branch a vector (the SASS of the forward's long rows).
-    if constexpr (Cfg::ALL_OWNED) return true;
     const int v = slice_vector(k);
     return v < Cfg::SLICE_V && static_cast<int>(rank) * Cfg::SLICE_V + v < Cfg::NV;
+  }
+  // owns(k), true at compile time where every item is owned (ALL_OWNED): the compiler
+  // cannot see lane < TPR and kept a compare and a branch a vector. The forward
+  // kernels take it. The backward's keep owns(): their SASS, tuned by measurement,
+  // spilled with it (LayerNorm bf16 bulk rings, 8-44 bytes, NVRTC 13.0) or ran 2-6 %
+  // slower (RMSNorm bf16 rows over 2-8 CTAs; H200, docs/perf/h200-2026-12-02d.md).
+  __device__ bool owns_folded(int k) const {
+    if constexpr (Cfg::ALL_OWNED) return true;
+    return owns(k);
   }
   // First element of vector k in the row.
   __device__ int column(int k) const { return (static_cast<int>(rank) * Cfg::SLICE_V + slice_vector(k)) * Cfg::VEC; }
