@@ -321,6 +321,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         b[i] = is_none<B> ? 0.f : to_float(bp.v[i]);
       }
     };
+    // PARAMS_AHEAD: rows whose every item is owned load the next item's weight and
+    // bias before storing this item's output (the epilogue below).
+    constexpr bool PARAMS_AHEAD = Cfg::REGS && Cfg::ALL_OWNED && !EARLY && Cfg::ITEMS > 1 && PARAM_BYTES > 0;
     WP w_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     BP b_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     if constexpr (EARLY_PARAMS) {
@@ -568,6 +571,30 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       // SASS instructions of a vector of LayerNorm bf16's epilogue (N=262144).
       const void* const w_first = param_at<W>(p.weight, head_offset + t.column(0));
       const void* const b_first = param_at<B>(p.bias, head_offset + t.column(0));
+#ifndef NK_NO_PARAMS_AHEAD
+      if constexpr (PARAMS_AHEAD) {
+        // Item k + 1's parameters are loaded before item k's output is stored: the
+        // loads may alias the stores, so neither compiler hoists a load above a store,
+        // and each item's parameters were an L2 round trip after the store before it.
+        auto load_at = [&](int k, WP& w, BP& b) {
+          const int item_col = t.column(k) - t.column(0);
+          if constexpr (!is_none<W>) w = load_packed<VEC>(static_cast<const W*>(w_first) + item_col);
+          if constexpr (!is_none<B>) b = load_packed<VEC>(static_cast<const B*>(b_first) + item_col);
+        };
+        WP w_next;
+        BP b_next;
+        load_at(0, w_next, b_next);
+#pragma unroll
+        for (int k = 0; k < Cfg::ITEMS; ++k) {
+          const WP w_this = w_next;
+          const BP b_this = b_next;
+          if (k + 1 < Cfg::ITEMS) load_at(k + 1, w_next, b_next);
+          store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(w_this, b_this, w, b); });
+        }
+        if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();
+        return;
+      }
+#endif
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
         store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
