@@ -514,9 +514,12 @@ constexpr int kBulkBackwardMaxStages = 8;
 //   0.935/0.874/0.852/0.788; with it N=262144 0.779 -> 0.915;
 //   RMSNorm fp32 without it N=65536/131072 0.868/0.728 -> 0.949/0.968; with it
 //   N=131072 0.923 -> 0.955.
+// bf16 rows with dresidual_out at N=16384 on the shared reads (row=bulk,reads=shared;
+// plan_cases/forward-params-ahead.txt at b254296, two rounds, docs/perf/h200-2026-12-02d.md):
+// LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991.
 // Slower or level elsewhere: N=16384 but LayerNorm's without dresidual_out (-1 to -5 %),
 // RMSNorm bf16 with dresidual_out N=32768-131072 (-2 to -7 %), LayerNorm bf16 with it
-// N=16384 (-4 %), the fp32 rows with it N=16384-65536 (-1 to -4 %, RMSNorm N=65536
+// N=16384 on the pointer reads (-4 %), the fp32 rows with it N=16384-65536 (-1 to -4 %, RMSNorm N=65536
 // +1.5 %, left alone), RMSNorm fp32 N=32768 (+1 %). fp32 rows at N=262144 take no
 // ring (two of their stages do not fit), so they keep their own plan.
 bool bulk_backward_rows_measured(const RowPlanInputs& in) {
@@ -529,8 +532,9 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
     return false;
   if (in.x_bytes == 2) {
     if (in.x_fp16) return false;  // bf16 measured
-    if (in.center) return !dro || in.n >= 32768;
-    return dro ? in.n > 131072 : in.n >= 32768;
+    // With dresidual_out at N=16384: on the shared reads only (shared_reads_planned).
+    if (in.center) return true;
+    return dro ? in.n > 131072 || in.n == 16384 : in.n >= 32768;
   }
   if (in.x_bytes != 4) return false;
   if (in.n > 131072) return false;
@@ -585,10 +589,18 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
 // reads): LayerNorm over clusters N=32768-131072 within -1.5 / +2 % (131072 0.953 ->
 // 0.939, with dresidual_out 0.928 -> 0.946), taken as the bf16 rule. Not measured:
 // fp16 rows, sm_100 (no ring before sm_90).
+// Taken since (two rounds against the own plan, plan_cases/forward-params-ahead.txt at
+// b254296, docs/perf/h200-2026-12-02d.md): bf16 rows with dresidual_out at N=16384
+// (the ring planned for them by bulk_backward_rows_measured on these reads only):
+// LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991; LayerNorm bf16's short rows with
+// dresidual_out (ept=16, several rows a stage) at N=2048, 0.930 -> 0.978 (without
+// dresidual_out they lost, above; other N not measured).
 namespace {
 bool shared_reads_planned(const RowPlan& p, const RowPlanInputs& in) {
   if (!p.weight_smem || in.weight_bytes == 0 || in.forced_shared_reads < 0) return false;
   if (in.forced_shared_reads > 0) return true;
+  if (in.x_bytes == 2 && in.residual && in.n == 16384) return true;  // with bulk_backward_rows_measured
+  if (in.center && in.residual && p.rows > 1 && in.n == 2048) return true;
   return p.rows == 1 && p.cluster > 1 && (in.center || p.cluster >= 16);
 }
 }  // namespace

@@ -42,8 +42,9 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
     if (x == bf16) {
       // LayerNorm with dresidual_out at N=131072 takes the grouped rows
       // (test_backward_group_rows.cpp's BackwardGroupRowsWhereMeasured).
-      if (center) return !dro || (n >= 32768 && n != 131072);
-      return dro ? n == 262144 : n >= 32768;
+      // With dresidual_out at N=16384 on the shared reads (shared_reads_planned).
+      if (center) return !dro || n != 131072;
+      return dro ? n == 262144 || n == 16384 : n >= 32768;
     }
     if (n > 131072) return false;  // fp32 N=262144: two stages do not fit
     if (center) return !dro || n == 131072;
@@ -284,7 +285,8 @@ TEST(RmsNormPlan, BackwardBulkSharedReadsWhereMeasured) {
                         Case{262144, false, false, true}, Case{32768, false, false, false},
                         Case{65536, false, false, false}, Case{131072, false, false, false},
                         Case{16384, true, false, false}, Case{2048, true, false, false},
-                        Case{8192, false, false, false}}) {
+                        Case{8192, false, false, false}, Case{16384, true, true, true},
+                        Case{16384, false, true, true}, Case{2048, true, true, true}}) {
     const RowPlan p = planned_bwd(c.n, bf16, bf16, c.center, c.dro, "").plan;
     ASSERT_GT(p.bulk_stages, 0) << c.n << " " << p.str();
     EXPECT_EQ(p.shared_reads, c.shared) << c.n << " center " << c.center << " " << p.str();

@@ -321,9 +321,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         b[i] = is_none<B> ? 0.f : to_float(bp.v[i]);
       }
     };
-    // PARAMS_AHEAD: rows whose every item is owned load the next item's weight and
-    // bias before storing this item's output (the epilogue below).
-    constexpr bool PARAMS_AHEAD = Cfg::REGS && Cfg::ALL_OWNED && !EARLY && Cfg::ITEMS > 1 && PARAM_BYTES > 0;
+    // PARAMS_AHEAD: raw rows over a cluster load the next item's weight and bias before
+    // storing this item's output (the epilogue below). H200, M*N = 2^27, ratio to copy,
+    // each item's after the store before it -> ahead, two rounds in one call
+    // (plan_cases/forward-params-ahead.txt at b254296, docs/perf/h200-2026-12-02d.md):
+    // LayerNorm bf16 N=65536 0.869 -> 0.913, 131072 0.830 -> 0.856, 262144 0.807 ->
+    // 0.839; RMSNorm bf16 N=131072 0.899 -> 0.912, 262144 0.849 -> 0.883; LayerNorm fp32
+    // N=131072 0.850 -> 0.883; RMSNorm fp32 N=32768 0.940 -> 0.966. Not elsewhere: rows
+    // of one CTA lost up to 8 % (LayerNorm fp32 N=16384 0.958 -> 0.878, with a residual
+    // 0.935 -> 0.707; N=4096 -5.5 %), rows with a residual over a cluster within +-1 %.
+    // Not measured, so not taken: the 1024-thread clusters of calls of few rows.
+    constexpr bool PARAMS_AHEAD = RAW && !RAW_RES && Cfg::CLUSTER > 1 && Cfg::THREADS <= 512 && Cfg::ALL_OWNED &&
+                                  !EARLY && Cfg::ITEMS > 1 && PARAM_BYTES > 0;
     WP w_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     BP b_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     if constexpr (EARLY_PARAMS) {
@@ -571,7 +580,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       // SASS instructions of a vector of LayerNorm bf16's epilogue (N=262144).
       const void* const w_first = param_at<W>(p.weight, head_offset + t.column(0));
       const void* const b_first = param_at<B>(p.bias, head_offset + t.column(0));
-#ifndef NK_NO_PARAMS_AHEAD
       if constexpr (PARAMS_AHEAD) {
         // Item k + 1's parameters are loaded before item k's output is stored: the
         // loads may alias the stores, so neither compiler hoists a load above a store,
@@ -594,7 +602,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
         if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();
         return;
       }
-#endif
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
         store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
