@@ -594,13 +594,16 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
 // (the ring planned for them by bulk_backward_rows_measured on these reads only):
 // LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991; LayerNorm bf16's short rows with
 // dresidual_out (ept=16, several rows a stage) at N=2048, 0.930 -> 0.978 (without
-// dresidual_out they lost, above; other N not measured).
+// dresidual_out they lost, above), and at N=4096 0.898 -> 0.979 and 8192 0.959 -> 0.984
+// (one round against reads=pointer, plan_cases/backward-short-shared-reads.txt at
+// 4ce57a7); N=256-1024 level (within 1 %): left on the pointer reads.
 namespace {
 bool shared_reads_planned(const RowPlan& p, const RowPlanInputs& in) {
   if (!p.weight_smem || in.weight_bytes == 0 || in.forced_shared_reads < 0) return false;
   if (in.forced_shared_reads > 0) return true;
-  if (in.x_bytes == 2 && in.residual && in.n == 16384) return true;  // with bulk_backward_rows_measured
-  if (in.center && in.residual && p.rows > 1 && in.n == 2048) return true;
+  // 16-bit rows with dresidual_out (the plans give bf16 the ring): N=16384's ring (with
+  // bulk_backward_rows_measured), and LayerNorm's short rows at N=2048-8192.
+  if (in.x_bytes == 2 && in.residual && (in.n == 16384 || (in.center && in.n >= 2048 && in.n <= 8192))) return true;
   return p.rows == 1 && p.cluster > 1 && (in.center || p.cluster >= 16);
 }
 }  // namespace

@@ -286,7 +286,9 @@ TEST(RmsNormPlan, BackwardBulkSharedReadsWhereMeasured) {
                         Case{65536, false, false, false}, Case{131072, false, false, false},
                         Case{16384, true, false, false}, Case{2048, true, false, false},
                         Case{8192, false, false, false}, Case{16384, true, true, true},
-                        Case{16384, false, true, true}, Case{2048, true, true, true}}) {
+                        Case{16384, false, true, true}, Case{2048, true, true, true},
+                        Case{4096, true, true, true}, Case{8192, true, true, true},
+                        Case{1024, true, true, false}}) {
     const RowPlan p = planned_bwd(c.n, bf16, bf16, c.center, c.dro, "").plan;
     ASSERT_GT(p.bulk_stages, 0) << c.n << " " << p.str();
     EXPECT_EQ(p.shared_reads, c.shared) << c.n << " center " << c.center << " " << p.str();
