@@ -1,7 +1,7 @@
 // Backward plans of rows beyond one CTA's registers (the stash, split rows, the
 // clusters of calls of few rows) and the measured CTA counts of fp32 register rows:
-// the parts of plan_rows (rmsnorm_heuristics.cpp) that rmsnorm_heuristics_bwd.cpp
-// holds, with the measurements behind them.
+// the parts of plan_rows (rmsnorm_heuristics.cpp) that rmsnorm_heuristics_bwd.cpp and
+// rmsnorm_heuristics_bwd_bulk.cpp (the bulk-copy rings) hold, with the measurements behind them.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // NORMKIT_BACKWARD_PLAN's row=bulk (RowPlan::bulk_stages in the backward,
-// norm_bwd_bulk_kernel, with_bulk_backward_rows in rmsnorm_heuristics_bwd.cpp): the
+// norm_bwd_bulk_kernel, with_bulk_backward_rows in rmsnorm_heuristics_bwd_bulk.cpp): the
 // override's parsing, which calls take it, the cluster, threads, stages, weight slice
 // and shared memory it asks for, where it cannot apply, and its kernels compiled
 // without spills for sm_90a (NVRTC).
@@ -264,7 +264,7 @@ TEST_F(RmsNormKernelSweep, BackwardBulkShortRowsCompileWithoutSpills) {
 }
 
 // RowPlan::shared_reads (norm_bwd_bulk_kernel's SHARED_READS, shared_reads_planned in
-// rmsnorm_heuristics_bwd.cpp): the bulk rings over a cluster where it measured faster
+// rmsnorm_heuristics_bwd_bulk.cpp): the bulk rings over a cluster where it measured faster
 // (LayerNorm; RMSNorm over 16 CTAs), not the one-CTA or short rows or RMSNorm over
 // 2-8 CTAs; reads=shared / reads=pointer force it either way where the weight's slice
 // is beside the stages, and nothing without one.

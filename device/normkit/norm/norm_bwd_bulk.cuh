@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   const W* w_global = DW ? static_cast<const W*>(p.weight) + head_offset + slice_begin : nullptr;
   constexpr bool W_SHARED = L.params_bytes > 0;  // W_SMEM with a weight
   // How the row loop reads a vector (RowPlan::shared_reads; where the plans take it,
-  // and its measurements: rmsnorm_heuristics_bwd.cpp). SHARED_READS: h, dout and the
+  // and its measurements: rmsnorm_heuristics_bwd_bulk.cpp). SHARED_READS: h, dout and the
   // weight straight from shared memory (Row::expand_shared, 15-25 % fewer instructions
   // in the loop) and pass 2 with h - mean (rstd folded into dx's coefficient); the
   // weight slice is then always in shared memory (copied by the threads where the bulk

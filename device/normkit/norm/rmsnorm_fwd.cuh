@@ -306,21 +306,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     constexpr int LATE_GROUP = !Cfg::REGS || PARAM_BYTES == 0 || PARAM_BYTES >= LATE_BYTES ? 1
                                : LATE_BYTES / PARAM_BYTES < Cfg::ITEMS ? LATE_BYTES / PARAM_BYTES
                                                                        : Cfg::ITEMS;
-    using WP = Packed<typename or_type<W, float>::type, VEC>;
-    using BP = Packed<typename or_type<B, float>::type, VEC>;
+    using Params = RowParams<VEC, W, B, CENTER>;
+    using WP = typename Params::WP;
+    using BP = typename Params::BP;
     const long long head_offset = (r % p.shape.heads) * Cfg::N;
-    auto load_params = [&](int k, WP& w, BP& b) {
-      const int col = t.column(k);
-      if constexpr (!is_none<W>) w = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col);
-      if constexpr (!is_none<B>) b = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col);
-    };
-    auto widen_params = [&](const WP& wp, const BP& bp, float (&w)[VEC], float (&b)[VEC]) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        w[i] = is_none<W> ? 1.f : to_float(wp.v[i]) + weight_offset_of<CENTER>(p);
-        b[i] = is_none<B> ? 0.f : to_float(bp.v[i]);
-      }
-    };
+    auto load_params = [&](int k, WP& w, BP& b) { Params::from(p, head_offset).load_packed_at(t.column(k), w, b); };
     // PARAMS_AHEAD: raw rows over a cluster load the next item's weight and bias before
     // storing this item's output (the epilogue below). H200, M*N = 2^27, ratio to copy,
     // each item's after the store before it -> ahead, two rounds in one call
@@ -534,7 +524,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     if constexpr (EARLY_PARAMS) {
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
-        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(w_early[k], b_early[k], w, b); });
+        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { Params::widen(p, w_early[k], b_early[k], w, b); });
       });
     } else if constexpr (LATE_GROUP > 1) {
 #pragma unroll
@@ -548,7 +538,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 #pragma unroll
         for (int j = 0; j < LATE_GROUP; ++j) {
           if (g + j >= Cfg::ITEMS || !t.owns_folded(g + j)) continue;
-          store_item(g + j, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(wg[j], bg[j], w, b); });
+          store_item(g + j, [&](float (&w)[VEC], float (&b)[VEC]) { Params::widen(p, wg[j], bg[j], w, b); });
         }
       }
     } else {
@@ -563,7 +553,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
               BP bp;
               if constexpr (W_ITEM > 0) wp = *reinterpret_cast<const WP*>(params_memory + v * W_ITEM);
               if constexpr (B_ITEM > 0) bp = *reinterpret_cast<const BP*>(params_memory + Cfg::SLICE_V * W_ITEM + v * B_ITEM);
-              widen_params(wp, bp, w, b);
+              Params::widen(p, wp, bp, w, b);
             });
             // Item by item, as the global path: hoisted above the stores, the reads of
             // all items held their registers at once (ptxas spilled 8-88 bytes at
@@ -578,37 +568,28 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       // on, a constant the loads take as an immediate offset. Found from head_offset +
       // column(k) at each item, a 64-bit add with a sign extension took 9 of the 64
       // SASS instructions of a vector of LayerNorm bf16's epilogue (N=262144).
-      const void* const w_first = param_at<W>(p.weight, head_offset + t.column(0));
-      const void* const b_first = param_at<B>(p.bias, head_offset + t.column(0));
+      const Params thread_params = Params::from(p, head_offset + t.column(0));
+      auto item_col = [&](int k) { return t.column(k) - t.column(0); };  // k * TPR * VEC
       if constexpr (PARAMS_AHEAD) {
         // Item k + 1's parameters are loaded before item k's output is stored: the
         // loads may alias the stores, so neither compiler hoists a load above a store,
         // and each item's parameters were an L2 round trip after the store before it.
-        auto load_at = [&](int k, WP& w, BP& b) {
-          const int item_col = t.column(k) - t.column(0);
-          if constexpr (!is_none<W>) w = load_packed<VEC>(static_cast<const W*>(w_first) + item_col);
-          if constexpr (!is_none<B>) b = load_packed<VEC>(static_cast<const B*>(b_first) + item_col);
-        };
         WP w_next;
         BP b_next;
-        load_at(0, w_next, b_next);
+        thread_params.load_packed_at(item_col(0), w_next, b_next);
 #pragma unroll
         for (int k = 0; k < Cfg::ITEMS; ++k) {
           const WP w_this = w_next;
           const BP b_this = b_next;
-          if (k + 1 < Cfg::ITEMS) load_at(k + 1, w_next, b_next);
-          store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { widen_params(w_this, b_this, w, b); });
+          if (k + 1 < Cfg::ITEMS) thread_params.load_packed_at(item_col(k + 1), w_next, b_next);
+          store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { Params::widen(p, w_this, b_this, w, b); });
         }
         if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();
         return;
       }
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
-        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
-          const int item_col = t.column(k) - t.column(0);  // k * TPR * VEC
-          load_param<VEC, W>(w_first, 0, item_col, weight_offset_of<CENTER>(p), 1.f, w);
-          load_param<VEC, B>(b_first, 0, item_col, kNoOffset, 0.f, b);
-        });
+        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { thread_params.load_at(item_col(k), w, b); });
       });
     }
     if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();

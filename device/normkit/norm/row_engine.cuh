@@ -188,6 +188,41 @@ __device__ __forceinline__ void load_param(const void* base, long long head_offs
   }
 }
 
+// The weight and bias of the forward's register rows, read from global memory from
+// `first` elements on (a row's head, or a thread's first vector: then item k's are a
+// compile-time offset on, which the loads take as an immediate): packed, for loads
+// issued ahead of their use (EARLY_PARAMS, LATE_GROUP, PARAMS_AHEAD in
+// norm_fwd_kernel), then widened; or widened as loaded. w + weight_offset_of, and b;
+// 1 and 0 where absent.
+template <int VEC, class W, class B, bool CENTER>
+struct RowParams {
+  using WP = Packed<typename or_type<W, float>::type, VEC>;
+  using BP = Packed<typename or_type<B, float>::type, VEC>;
+  const NormFwdParams& p;
+  const void* w;
+  const void* b;
+
+  __device__ static RowParams from(const NormFwdParams& p, long long first) {
+    return RowParams{p, param_at<W>(p.weight, first), param_at<B>(p.bias, first)};
+  }
+  __device__ void load_packed_at(int col, WP& wp, BP& bp) const {
+    if constexpr (!is_none<W>) wp = load_packed<VEC>(static_cast<const W*>(w) + col);
+    if constexpr (!is_none<B>) bp = load_packed<VEC>(static_cast<const B*>(b) + col);
+  }
+  __device__ static void widen(const NormFwdParams& p, const WP& wp, const BP& bp, float (&wv)[VEC],
+                               float (&bv)[VEC]) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      wv[i] = is_none<W> ? 1.f : to_float(wp.v[i]) + weight_offset_of<CENTER>(p);
+      bv[i] = is_none<B> ? 0.f : to_float(bp.v[i]);
+    }
+  }
+  __device__ void load_at(int col, float (&wv)[VEC], float (&bv)[VEC]) const {
+    load_param<VEC, W>(w, 0, col, weight_offset_of<CENTER>(p), 1.f, wv);
+    load_param<VEC, B>(b, 0, col, kNoOffset, 0.f, bv);
+  }
+};
+
 // One thread's bulk copies of a CTA's slices of row r that start at element
 // slice_begin (x's, then the residual's) into stage `dst`, counted on `full`: the
 // forward ring kernels' refill (norm_fwd_bulk_kernel, norm_fwd_group_kernel).

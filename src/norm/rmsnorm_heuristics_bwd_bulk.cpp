@@ -1,0 +1,180 @@
+// Backward plans of the bulk-copy ring (norm_bwd_bulk_kernel): where it is planned
+// (bulk_backward_rows_measured, bulk_backward_short_rows_ept), its shape, and which
+// reads its row loop takes (shared_reads_planned), each with the measurements behind it.
+// plan_rows (rmsnorm_heuristics.cpp) calls with_bulk_backward_rows, declared in
+// rmsnorm_heuristics_bwd.hpp.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "normkit/norm/params.cuh"
+#include "rmsnorm_heuristics_bwd.hpp"
+
+namespace normkit::norm::detail {
+
+namespace {
+// A stage of 64 KB where the cluster allows: bf16 h and dout at N=262144 over 16 CTAs.
+constexpr std::int64_t kBulkBackwardStageBytes = 64 * 1024;
+constexpr int kBulkBackwardMaxStages = 8;
+}  // namespace
+
+// H200, M*N = 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=row=bulk, one run
+// each in one call (scripts/plan_cases/backward-bulk-rows.txt at deefadb,
+// docs/perf/h200-2026-12-01c.md), weight and dresidual_out of x's dtype:
+//   LayerNorm bf16 without dresidual_out N=16384-262144 0.804/0.644/0.652/0.593/0.480
+//   -> 0.888/0.803/0.754/0.738/0.668; with it N=32768-262144 0.712/0.690/0.573/0.530
+//   -> 0.774/0.766/0.678/0.825;
+//   LayerNorm fp32 without it N=16384-131072 0.850/0.872/0.792/0.734 ->
+//   0.898/0.933/0.959/0.935; with it N=131072 0.760 -> 0.939;
+//   RMSNorm bf16 without it N=32768-262144 0.867/0.793/0.720/0.653 ->
+//   0.935/0.874/0.852/0.788; with it N=262144 0.779 -> 0.915;
+//   RMSNorm fp32 without it N=65536/131072 0.868/0.728 -> 0.949/0.968; with it
+//   N=131072 0.923 -> 0.955.
+// bf16 rows with dresidual_out at N=16384 on the shared reads (row=bulk,reads=shared;
+// plan_cases/forward-params-ahead.txt at b254296, two rounds, docs/perf/h200-2026-12-02d.md):
+// LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991.
+// Slower or level elsewhere: N=16384 but LayerNorm's without dresidual_out (-1 to -5 %),
+// RMSNorm bf16 with dresidual_out N=32768-131072 (-2 to -7 %), LayerNorm bf16 with it
+// N=16384 on the pointer reads (-4 %), the fp32 rows with it N=16384-65536 (-1 to -4 %, RMSNorm N=65536
+// +1.5 %, left alone), RMSNorm fp32 N=32768 (+1 %). fp32 rows at N=262144 take no
+// ring (two of their stages do not fit), so they keep their own plan.
+bool bulk_backward_rows_measured(const RowPlanInputs& in) {
+  const bool dro = in.residual;
+  // As measured: dw (LayerNorm: and db) of a weight of x's dtype, dresidual_out of it
+  // and dx as dresidual (no tensor of its own).
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.n < 16384 || in.n > 262144 || !in.param_grads ||
+      in.weight_bytes != in.x_bytes || in.dbias != in.center || in.dresidual_output ||
+      (dro && in.dresidual_out_bytes != in.x_bytes))
+    return false;
+  if (in.x_bytes == 2) {
+    if (in.x_fp16) return false;  // bf16 measured
+    // With dresidual_out at N=16384: on the shared reads only (shared_reads_planned).
+    if (in.center) return true;
+    return dro ? in.n > 131072 || in.n == 16384 : in.n >= 32768;
+  }
+  if (in.x_bytes != 4) return false;
+  if (in.n > 131072) return false;
+  if (in.center) return !dro || in.n >= 131072;
+  return in.n >= (dro ? 131072 : 65536);
+}
+
+// Short bf16 rows, several whole rows a stage of one 512-thread CTA an SM. H200, M*N =
+// 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=row=bulk,ept=..., one run
+// each in one call (scripts/plan_cases/backward-short-bulk-rows.txt at f78a5db,
+// docs/perf/h200-2026-12-01d.md), weight (and bias) and dresidual_out of x's dtype:
+//   LayerNorm without dresidual_out, ept=32 (four vectors a thread): N=512-8192
+//   0.841/0.853/0.834/0.838/0.827 -> 0.885/0.885/0.865/0.882/0.868 (N=256 0.850 ->
+//   0.846: not planned);
+//   LayerNorm with it, ept=16: N=256-8192 0.839/0.824/0.796/0.856/0.864/0.899 ->
+//   0.942/0.949/0.923/0.923/0.929/0.966;
+//   RMSNorm without it, ept=16: N=8192 0.900 -> 0.948 (N=256-4096 0.6-4 % slower);
+//   RMSNorm with it, ept=16: N=1024-4096 0.938/0.939/0.938 -> 0.971/0.967/0.962
+//   (N=256-512 and 8192 1-3 % slower).
+// One vector a thread (several rows of 128-512 threads) measured 0.54-0.77x: a stage's
+// latency (its wait, two passes, the reduction, the barrier that frees it) bounds one
+// CTA, and more columns a thread give each stage more bytes. Two 256-thread CTAs an SM
+// (cta=256,minb=2) or four of 128 were no faster than one of 512 at these ept.
+// Not measured, so not planned: fp16, fp32 (their register rows already reach
+// 0.92-1.0x), N between powers of two, N < 256, per-head weights.
+int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
+  const bool dro = in.residual;
+  // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
+  if (in.any_forced() || in.arch != 90 || in.few_rows || in.many_heads || in.x_bytes != 2 || in.x_fp16 || in.n < 256 ||
+      in.n > 8192 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
+      in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
+    return 0;
+  if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
+  if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;
+  return in.n == 8192 ? 16 : 0;
+}
+
+// RowPlan::shared_reads of a bulk ring plan `p`: it needs the weight's slice beside the
+// stages (weight_smem; without a weight there is no pointer to test). Where the plans
+// take it themselves: the row loop of LayerNorm bf16 N=65536 (ring over 4 CTAs) has
+// 15 % fewer SASS instructions (1495 -> 1273), and those rings issue an instruction
+// in 55-68 % of cycles (ncu, docs/perf/h200-2026-12-02b.md). H200, M*N = 2^27, bf16
+// backward, ratio to copy, same-call A/B against the pointer reads (00f2f32 -> fc7382e
+// two rounds, -> a0938af one round; docs/perf/h200-2026-12-02c.md):
+//   LayerNorm over clusters: N=32768 0.829 -> 0.851, 65536 0.755 -> 0.893, 131072
+//   0.761 -> 0.878, 262144 0.688 -> 0.802; with dresidual_out N=32768 0.781 -> 0.865,
+//   65536 0.769 -> 0.867, 262144 0.832 -> 0.874;
+//   RMSNorm over 16 CTAs: N=262144 0.825 -> 0.895.
+// Not taken (slower): RMSNorm over 2-8 CTAs, N=32768-131072 (0.872 -> 0.855, 0.912 ->
+// 0.876-0.880, 0.902 -> 0.895); LayerNorm on one CTA, N=16384 (0.877 -> 0.835) and
+// short rows, N=2048 (0.904 -> 0.851). fp32 rows (fc7382e, every ring on the shared
+// reads): LayerNorm over clusters N=32768-131072 within -1.5 / +2 % (131072 0.953 ->
+// 0.939, with dresidual_out 0.928 -> 0.946), taken as the bf16 rule. Not measured:
+// fp16 rows, sm_100 (no ring before sm_90).
+// Taken since (two rounds against the own plan, plan_cases/forward-params-ahead.txt at
+// b254296, docs/perf/h200-2026-12-02d.md): bf16 rows with dresidual_out at N=16384
+// (the ring planned for them by bulk_backward_rows_measured on these reads only):
+// LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991; LayerNorm bf16's short rows with
+// dresidual_out (ept=16, several rows a stage) at N=2048, 0.930 -> 0.978 (without
+// dresidual_out they lost, above), and at N=4096 0.898 -> 0.979 and 8192 0.959 -> 0.984
+// (one round against reads=pointer, plan_cases/backward-short-shared-reads.txt at
+// 4ce57a7); N=256-1024 level (within 1 %): left on the pointer reads.
+namespace {
+bool shared_reads_planned(const RowPlan& p, const RowPlanInputs& in) {
+  if (!p.weight_smem || in.weight_bytes == 0 || in.forced_shared_reads < 0) return false;
+  if (in.forced_shared_reads > 0) return true;
+  // 16-bit rows with dresidual_out (the plans give bf16 the ring): N=16384's ring (with
+  // bulk_backward_rows_measured), and LayerNorm's short rows at N=2048-8192.
+  if (in.x_bytes == 2 && in.residual && (in.n == 16384 || (in.center && in.n >= 2048 && in.n <= 8192))) return true;
+  return p.rows == 1 && p.cluster > 1 && (in.center || p.cluster >= 16);
+}
+}  // namespace
+
+RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
+  const int dro_bytes = in.dresidual_out_bytes;
+  if (!in.forced_bulk_rows || !in.backward || in.arch < 90 || in.max_vec * in.x_bytes < 16 ||
+      in.dout_bytes != in.x_bytes || in.n % (16 / in.x_bytes) != 0 || (16 / in.x_bytes) * dro_bytes % 16 != 0)
+    return planned;
+  const int vec = 16 / in.x_bytes;
+  const int rest_bytes = in.dout_bytes + dro_bytes;  // the stage's part after h's slice
+  const std::int64_t nv = in.n / vec;
+  std::optional<BulkRingShape> shape =
+      bulk_ring_shape(in, nv, std::int64_t{vec} * (in.x_bytes + rest_bytes), kBulkBackwardStageBytes);
+  if (!shape) return planned;
+  // Rows of one CTA: ept= columns a thread (one vector unless given), the row's
+  // threads a power of two up to the CTA's (512 unless cta=), and a stage of as many
+  // whole rows as the CTA then holds (short rows take several without ept=).
+  const std::int64_t cta = in.forced_cta_threads ? in.forced_cta_threads : 512;
+  int rows = 1;
+  const std::int64_t items = in.forced_elems_per_thread ? std::max(1, in.forced_elems_per_thread / vec) : 1;
+  const std::int64_t tpr = next_pow2((nv + items - 1) / items);
+  if (shape->cluster == 1 && !in.forced_cluster && tpr <= cta && (in.forced_elems_per_thread || cta >= 2 * nv)) {
+    rows = static_cast<int>(cta / tpr);
+    shape->threads = static_cast<int>(tpr);
+    shape->items = (nv + tpr - 1) / tpr;
+    shape->register_cap = std::min<std::int64_t>(255, 65536 / (cta * shape->blocks));
+  }
+  // The dw/db sums a thread keeps (ITEMS * VEC floats each) beside ~56 registers of
+  // the rest, under the cap threads * blocks leave: ptxas sm_90a spilled 8-336 bytes
+  // at 64 registers with 16 floats of sums or more (1024 threads, or minb=2 at 512).
+  // fp16's conversions take more: LayerNorm fp16 N=16384 (one 512-thread CTA, 64
+  // floats of sums under 128 registers) spilled 24 bytes under NVRTC 13.2; bf16 clean.
+  const std::int64_t sums = (in.weight_bytes > 0 ? 1 : 0) + (in.dbias ? 1 : 0);
+  // A weight read from global memory per row (its slice not beside the stages) takes
+  // ~16 more: LayerNorm bf16 N=8192 with dresidual_out in two 256-thread CTAs an SM (64
+  // floats of sums under 128 registers) spilled 24-72 bytes (NVRTC 13.2 and 13.0) where
+  // the same sums with the weight in shared memory compiled clean (N=262144, 512 threads).
+  const int slice_v = static_cast<int>(shape->slice_v);
+  const nk::BulkRowsLayout one = nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes, in.weight_bytes, 0, 1);
+  const BulkRingStages stages =
+      bulk_ring_stages(in, *shape, std::int64_t{rows} * one.slice_bytes, one.params_bytes, true, kBulkBackwardMaxStages);
+  if (stages.stages == 0) return planned;
+  const std::int64_t others = (in.x_fp16 ? 72 : 56) + (in.weight_bytes > 0 && !stages.params_smem ? 16 : 0);
+  if (shape->items > 16 || shape->items * vec * sums > shape->register_cap - others) return planned;
+  RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
+  p.rows = rows;
+  p.row_sums = true;  // the kernel sums dw/db itself
+  p.weight_smem = stages.params_smem;
+  p.shared_reads = shared_reads_planned(p, in);
+  // The kernel's layout counts stages * rows row slices (norm_bwd_bulk_kernel).
+  p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_v, vec, in.x_bytes, rest_bytes,
+                                                       p.weight_smem ? in.weight_bytes : 0, 0, p.bulk_stages * rows)
+                                      .total_bytes);
+  return p;
+}
+
+}  // namespace normkit::norm::detail
