@@ -320,9 +320,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
     // N=131072 0.850 -> 0.883; RMSNorm fp32 N=32768 0.940 -> 0.966. Not elsewhere: rows
     // of one CTA lost up to 8 % (LayerNorm fp32 N=16384 0.958 -> 0.878, with a residual
     // 0.935 -> 0.707; N=4096 -5.5 %), rows with a residual over a cluster within +-1 %.
-    // Not measured, so not taken: the 1024-thread clusters of calls of few rows.
+    // Not measured, so not taken: the 1024-thread clusters of calls of few rows, rows
+    // that store rstd (the training forward: LayerNorm fp32 N=131072 spilled 12-16 bytes
+    // with it) and parameters wider than the row's elements (fp32 weight and bias
+    // beside 16-bit rows, 64 bytes an item: 32-48 bytes spilled; NVRTC 13.0, sm_90a and
+    // sm_100a).
     constexpr bool PARAMS_AHEAD = RAW && !RAW_RES && Cfg::CLUSTER > 1 && Cfg::THREADS <= 512 && Cfg::ALL_OWNED &&
-                                  !EARLY && Cfg::ITEMS > 1 && PARAM_BYTES > 0;
+                                  !EARLY && !STORE_RSTD && Cfg::ITEMS > 1 && PARAM_BYTES > 0 && PARAM_BYTES <= 32;
     WP w_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     BP b_early[EARLY_PARAMS ? Cfg::ITEMS : 1];
     if constexpr (EARLY_PARAMS) {
@@ -564,10 +568,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
           return;
         }
       }
-      // The thread's first parameter vectors, found once: item k's are k * TPR vectors
-      // on, a constant the loads take as an immediate offset. Found from head_offset +
-      // column(k) at each item, a 64-bit add with a sign extension took 9 of the 64
-      // SASS instructions of a vector of LayerNorm bf16's epilogue (N=262144).
+      // Raw rows find the thread's first parameter vectors once: item k's are k * TPR
+      // vectors on, a constant the loads take as an immediate offset. Found from
+      // head_offset + column(k) at each item, a 64-bit add with a sign extension took 9
+      // of the 64 SASS instructions of a vector of LayerNorm bf16's epilogue
+      // (N=262144). Other rows still do that: the two pointers held through the
+      // epilogue of rows held in fp32 (H32) spilled 8 bytes (1024-thread rows with a
+      // residual and fp32 parameters, N=262144, NVRTC 13.0).
       const Params thread_params = Params::from(p, head_offset + t.column(0));
       auto item_col = [&](int k) { return t.column(k) - t.column(0); };  // k * TPR * VEC
       if constexpr (PARAMS_AHEAD) {
@@ -589,7 +596,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       }
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
-        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) { thread_params.load_at(item_col(k), w, b); });
+        store_item(k, [&](float (&w)[VEC], float (&b)[VEC]) {
+          if constexpr (RAW) {
+            thread_params.load_at(item_col(k), w, b);
+          } else {
+            Params::from(p, head_offset).load_at(t.column(k), w, b);
+          }
+        });
       });
     }
     if constexpr (!PREFETCH || Cfg::CLUSTER > 1) store_stats();

@@ -78,8 +78,12 @@ struct RowThread {
   // kernels take it. The backward's keep owns(): their SASS, tuned by measurement,
   // spilled with it (LayerNorm bf16 bulk rings, 8-44 bytes, NVRTC 13.0) or ran 2-6 %
   // slower (RMSNorm bf16 rows over 2-8 CTAs; H200, docs/perf/h200-2026-12-02d.md).
+  // Not on sm_100 and later (not measured there): 512-thread rows held in fp32 with a
+  // residual over a cluster spilled 8-16 bytes with the fold (NVRTC 13.0, sm_100a).
   __device__ bool owns_folded(int k) const {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 1000
     if constexpr (Cfg::ALL_OWNED) return true;
+#endif
     return owns(k);
   }
   // First element of vector k in the row.
