@@ -118,11 +118,12 @@ bool shared_reads_planned(const RowPlan& p, const RowPlanInputs& in) {
   if (!p.weight_smem || in.weight_bytes == 0 || in.forced_shared_reads < 0) return false;
   if (in.forced_shared_reads > 0) return true;
   // 16-bit rows with dresidual_out (the plans give bf16 the ring): N=16384's ring (with
-  // bulk_backward_rows_measured), and LayerNorm's short rows at N=2048-8192.
-  // The short rows as measured: two vectors a thread (ept=16; at ept=32, N=8192 spilled
-  // 24 bytes, NVRTC 13.0).
-  const bool short_rows_measured = in.center && in.n >= 2048 && in.n <= 8192 && in.n <= 2LL * p.tpr * p.vec;
-  if (in.x_bytes == 2 && in.residual && (in.n == 16384 || short_rows_measured)) return true;
+  // bulk_backward_rows_measured), and LayerNorm's short rows at N=2048-8192 at two
+  // vectors a thread, as measured (ept=16; at ept=32, N=8192 spilled 24 bytes, NVRTC 13.0).
+  if (in.x_bytes == 2 && in.residual) {
+    const bool short_rows = in.center && in.n >= 2048 && in.n <= 8192 && in.n <= 2LL * p.tpr * p.vec;
+    if (in.n == 16384 || short_rows) return true;
+  }
   return p.rows == 1 && p.cluster > 1 && (in.center || p.cluster >= 16);
 }
 }  // namespace

@@ -272,20 +272,8 @@ struct RingParams {
   __device__ void get(const NormFwdParams& p, float w_offset, int at, long long head_offset, int col,
                       float (&wv)[VEC], float (&bv)[VEC]) const {
     if (cached) {
-      if constexpr (!is_none<W>) {
-        load_vec<VEC>(w + at, wv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) wv[i] += w_offset;
-      } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) wv[i] = 1.f;
-      }
-      if constexpr (!is_none<B>) {
-        load_vec<VEC>(b + at, bv);
-      } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) bv[i] = 0.f;
-      }
+      load_param<VEC, W>(w, 0, at, w_offset, 1.f, wv);
+      load_param<VEC, B>(b, 0, at, kNoOffset, 0.f, bv);
     } else {
       load_param<VEC, W>(p.weight, head_offset, col, w_offset, 1.f, wv);
       load_param<VEC, B>(p.bias, head_offset, col, kNoOffset, 0.f, bv);
