@@ -8,7 +8,8 @@
 # Cases file: one case a line, `label ; override ; normkit bench flags`, where override
 # is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, `env:NAME=VALUE`
 # (a NORMKIT_ switch of the README's table set for the case, e.g. env:NORMKIT_GROUP_ROWS=0),
-# or `-` for the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
+# several of them separated by spaces (`env:NORMKIT_NVRTC_FLAGS=-DX row=bulk`), or `-` for
+# the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
 # case's runs are spread over the call.
 # $OUT: plan_cases.jsonl (one line per case, round and normkit row: label, override,
 # round, op, direction, dtype, residual, M, N, status, ratio_to_copy, us, reason),
@@ -33,9 +34,12 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     label=$(trim "$label"); override=$(trim "${override:-}")
     [ -z "$label" ] || [ "${label:0:1}" = "#" ] && continue
     [ "$override" = "-" ] && override=""
-    fwd_plan=$override bwd_plan="" switch=()
-    if [ "${override#bwd:}" != "$override" ]; then fwd_plan="" bwd_plan=${override#bwd:}; fi
-    if [ "${override#env:NORMKIT_}" != "$override" ]; then fwd_plan="" switch=("${override#env:}"); fi
+    fwd_plan="" bwd_plan="" switch=()
+    for part in $override; do  # space-separated: a switch and a plan may go together
+      if [ "${part#bwd:}" != "$part" ]; then bwd_plan=${part#bwd:}
+      elif [ "${part#env:NORMKIT_}" != "$part" ]; then switch+=("${part#env:}")
+      else fwd_plan=$part; fi
+    done
     echo "=== round $round: $label (${override:-own plan}) at ${SECONDS}s"
     rm -rf /tmp/plan-case
     # shellcheck disable=SC2086  # flags is a list

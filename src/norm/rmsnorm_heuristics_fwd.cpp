@@ -272,6 +272,13 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // 0.914 -> 0.935; with one N=32768 0.916 -> 0.926, 65536 0.911 -> 0.939. Not at N=16384
 // (0.972 -> 0.799 / 0.946), 32768 without a residual (0.935 -> 0.903), 131072 with one
 // (0.937 -> 0.838); over 4 CTAs 0.89-0.93.
+// LayerNorm's slice moments from one CTA reduction of shifted sums instead of two
+// passes (norm_fwd_bulk.cuh), two runs each in one call (scripts/plan_cases/
+// forward-bulk-shift.txt, docs/perf/h200-2026-12-02e.md): LayerNorm fp32
+// without a residual N=131072 0.881 (own plan) -> 0.902 (0.853 with the two passes),
+// now planned; LayerNorm bf16 rows stay off the ring (N=65536-262144 without a residual
+// 0.854 / 0.859 / 0.750 against the register rows' 0.911 / 0.857 / 0.845; with one
+// N=65536-131072 0.917 / 0.855 against 0.930 / 0.880).
 int bulk_rows_measured_cluster(const RowPlanInputs& in) {
   if (!bulk_rows_measured(in) || in.x_bytes != 4 || in.center) return 0;
   return in.n <= (in.residual ? 65536 : 131072) ? 8 : 0;
@@ -285,7 +292,7 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return false;
   if (in.x_bytes == 4) {
-    if (in.center) return in.n <= (in.residual ? 131072 : 65536);
+    if (in.center) return in.n <= 131072;
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }
   return in.x_bytes == 2 && !in.x_fp16 && in.residual && in.n > 131072;  // bf16 measured

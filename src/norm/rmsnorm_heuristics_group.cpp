@@ -34,6 +34,11 @@ struct GroupShape {
 //   RMSNorm fp32 with a residual, 256 threads x 2 vectors, 2 CTAs an SM: 0.698 -> 0.930;
 //   LayerNorm fp32 with one, 256 x 2, 3 CTAs an SM (parameters from global memory): 0.676 -> 0.886;
 //   LayerNorm fp32 without one, 256 x 4, 3 CTAs an SM: 0.717 -> 0.826.
+// LayerNorm's slice moments from one CTA reduction of shifted sums (session 34, two runs each
+// in one call, scripts/plan_cases/forward-group-shift.txt, docs/perf/h200-2026-12-02e.md):
+// with a residual, 3 CTAs an SM 0.904 (two passes 0.895), 2 CTAs an SM (five stages,
+// weight and bias in shared memory) 0.917 (two passes 0.877): now 2; without one 0.858
+// (two passes 0.846).
 // Level or slower below N=262144 in the same call (so not planned there): LayerNorm with
 // a residual at N=32768-131072 (0.895-0.898 against 0.896-0.926), without one at
 // N=65536-131072 (0.822-0.843 against 0.840-0.917), RMSNorm with one at N=32768 and
@@ -83,7 +88,7 @@ std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
   if (in.n <= 131072 || in.n > 262144) return std::nullopt;  // measured at N=262144
   std::optional<GroupShape> shape;
   if (in.residual) {
-    shape = in.center ? GroupShape{256, 2, 3} : GroupShape{256, 2, 2};
+    shape = GroupShape{256, 2, 2};
   } else if (in.center) {
     shape = GroupShape{256, 4, 3};
   }

@@ -120,13 +120,14 @@ TEST(RmsNormPlan, GroupRowsShape) {
   EXPECT_TRUE(p.params_smem);
   EXPECT_EQ(p.smem_bytes, 6 * 16384 + 8192);
   EXPECT_TRUE(p.regs);  // each row read once: the in-place add's guard passes
-  // LayerNorm with a residual: three CTAs an SM, whose 73.7 KB hold four stages but not
-  // five beside the 16 KB of weight and bias: those from global memory.
+  // LayerNorm with a residual: two CTAs an SM too (row=group's own shape), whose
+  // (113.5 - 2 - 16) / 16 = 5.97 hold five stages beside the 16 KB of weight and bias.
   p = group_spec(262144, f32, f32, true, "", f32).plan;
-  EXPECT_EQ(p.min_blocks, 3) << p.str();
-  EXPECT_FALSE(p.params_smem);
-  EXPECT_EQ(p.group_stages, 4);
-  EXPECT_EQ(p.smem_bytes, 4 * 16384);
+  EXPECT_EQ(p.min_blocks, 2) << p.str();
+  EXPECT_TRUE(p.params_smem);
+  EXPECT_EQ(p.group_stages, 5);
+  EXPECT_EQ(p.smem_bytes, 5 * 16384 + 16384);
+  EXPECT_EQ(p.str(), group_spec(262144, f32, f32, true, "row=group", f32).plan.str());
   // LayerNorm without one: 256 x 4 vectors (16 KB slices), 64 of them.
   p = group_spec(262144, f32, f32, true, "").plan;
   EXPECT_EQ(p.split_items, 4) << p.str();

@@ -118,24 +118,31 @@ def test_variance_is_stable_far_from_zero(n, plan):
 
 
 @pytest.mark.parametrize("dt", [FP32, BF16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("n", [1024, 65536, 262144], ids=["N1024-one-cta", "N65536-cluster", "N262144-cluster"])
-def test_outlier_first_column(n, dt):
+@pytest.mark.parametrize("n,plan", [(1024, ""), (65536, ""), (262144, ""), (65536, "row=bulk"), (262144, "row=bulk"),
+                                    (262144, "row=group")],
+                         ids=["N1024-one-cta", "N65536-cluster", "N262144-cluster", "N65536-bulk", "N262144-bulk",
+                              "N262144-group"])
+def test_outlier_first_column(n, dt, plan):
     # Clustered rows take their statistics from one reduction around h[:, 0]
-    # (shifted_moments.cuh); where the first column is an outlier the guard fails
-    # and the row is reduced again around the mean found. Odd rows here are such
-    # rows, even rows are not: all must be right (one-CTA rows, two passes, too),
-    # and an even row's bits must not depend on its neighbours.
+    # (shifted_moments.cuh), row=bulk's and row=group's CTAs each around their
+    # slice's first column; where that column is an outlier the guard fails and the
+    # sums are taken again around the mean found. Odd rows here have an outlier every
+    # 1024 columns (the first column of every slice the plans cut), even rows none:
+    # all must be right (one-CTA rows, two passes, too), and an even row's bits
+    # must not depend on its neighbours.
     m = 16
     x = rand((m, n), dt)
-    x[1::2, 0] = 1e4
-    out, _, mean, rstd = layernorm_fwd(x, None, eps=EPS, store_rstd=True, store_mean=True)
+    x[1::2, ::1024] = 1e4
+    with plan_switch("NORMKIT_FORWARD_PLAN", plan):
+        out, _, mean, rstd = layernorm_fwd(x, None, eps=EPS, store_rstd=True, store_mean=True)
     y, _, _, mean_ref, rstd_ref = ln_ref_forward(x)
     check("out", out, y)
     assert torch.allclose(rstd.double(), rstd_ref, rtol=2e-5, atol=0), "rstd"
     assert torch.allclose(mean.double(), mean_ref, rtol=1e-5, atol=1e-6), "mean"
     calm = x.clone()
     calm[1::2] = rand((m // 2, n), dt)
-    out_calm = layernorm_fwd(calm, None, eps=EPS)[0]
+    with plan_switch("NORMKIT_FORWARD_PLAN", plan):
+        out_calm = layernorm_fwd(calm, None, eps=EPS)[0]
     assert torch.equal(out[0::2], out_calm[0::2]), "an even row's output changed with its neighbours"
 
 

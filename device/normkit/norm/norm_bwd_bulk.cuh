@@ -159,7 +159,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   row_sums_walk_arrive(cluster_pushes);
   if (w_bulk) mbarrier_wait(&params_full, 0);
 
-  using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER>;
+  // LayerNorm's 16-bit rows fold h - mean into their multiply-adds (NormBwdRow::FOLD_MEAN)
+  // where a row has 64 threads or more. H200, LayerNorm bf16, ratio to copy without -> with,
+  // two runs each in one call (scripts/plan_cases/backward-mean-fold.txt,
+  // docs/perf/h200-2026-12-02e.md): N=2048 0.906 -> 0.934, 4096 0.902 -> 0.933, 8192 0.887
+  // -> 0.910, 65536 0.897 -> 0.912, 131072 0.886 -> 0.910, 262144 0.804 -> 0.815; with
+  // dresidual_out N=16384 0.962 -> 0.974, 32768 0.872 -> 0.885, 65536 0.871 -> 0.879,
+  // 131072 (the grouped ring) 0.778 -> 0.800; level within the runs' spread elsewhere
+  // (N=16384 0.874 -> 0.857, its runs 0.866-0.882 and 0.853-0.860). Rows of 32 threads
+  // lost (N=1024, 16 rows a CTA: 0.883 -> 0.834), so they keep the subtraction.
+  using Row = NormBwdRow<VEC, X, W, DY, DRO, DX, DR, CENTER, (Cfg::TPR >= 64)>;
   // xhat (xh_scaled false: h - mean), g and dout of item k of the thread's row in stage s.
   // (A generic lambda taking the flag as a type crashed NVRTC 13.2's front end.)
   auto expand_item = [&](const Row& row, int s, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC],

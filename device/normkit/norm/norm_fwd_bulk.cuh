@@ -22,10 +22,15 @@
 // the producer is one bulk copy a slice and the weight is read once; one CTA per SM
 // remains by default (minb=2 gives two CTAs an SM half the shared memory each, to
 // measure against it).
-// LayerNorm: each CTA takes its slice's mean and M2 in two passes over the
-// registers (two CTA barriers, no cluster barrier), and the cluster combines the
-// CTAs' pairs (combine_slice_moments): one cluster exchange a row, and no
-// cancellation whatever the mean.
+// LayerNorm: each CTA takes its slice's mean and M2 from one CTA reduction of
+// two sums around the slice's first column (shifted_moments.cuh; a second pass
+// around the mean only where the guard fails), and the cluster combines the CTAs'
+// pairs (combine_slice_moments): one CTA barrier and one cluster exchange a row.
+// The CTA is the SM's only one, so each barrier of a row is time its SM issues no
+// stores: the two-pass slice moments (two CTA barriers) kept LayerNorm bf16 rows
+// at 0.60-0.70x copy where RMSNorm's one barrier reached 0.83-0.92
+// (docs/perf/h200-2026-12-01c.md); with one, LayerNorm's ring rows gained 2-6 %
+// (docs/perf/h200-2026-12-02e.md).
 // Measured on the H200 (docs/perf/h200-2026-12-01c.md): faster than the register
 // rows for long fp32 rows (up to +32 %) and 16-bit rows with a residual at N=262144
 // (+7-41 %), slower for 16-bit LayerNorm rows below that (-3 to -22 %); the plans take
@@ -62,7 +67,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
   unsigned long long* const stage_full = bulk_barriers;
   unsigned long long& params_full = bulk_barriers[STAGES];
-  __shared__ RowReduceStorage<1, Cfg::TPR, 1, 1> cta_storage;
+  // LayerNorm reduces its two shifted sums at once.
+  constexpr int CTA_SUMS = CENTER ? 2 : 1;
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, CTA_SUMS> cta_storage;
   __shared__ ClusterPushes<1, CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
 
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
@@ -88,13 +95,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   row_sums_walk_arrive(cluster_pushes);
   if (params_cached) mbarrier_wait(&params_full, 0);
 
-  // Sums of v over the CTA, through warp_partial slot `slot` (alternating: the CTA
-  // barrier of the next sum comes after every thread's reads of this one).
-  unsigned cta_sums = 0;
+  // Sums of v[0..CTA_SUMS) over the CTA, through warp_partial slot set `slot`
+  // (alternating: the CTA barrier of the next sum comes after every thread's reads
+  // of this one).
+  unsigned cta_sums_taken = 0;
+  auto cta_sums = [&](float (&v)[CTA_SUMS]) {
+#pragma unroll
+    for (int j = 0; j < CTA_SUMS; ++j) v[j] = group_sum<32>(v[j]);
+    warp_partials_sum(v, 0, t.lane, cta_storage, static_cast<int>(cta_sums_taken++ & 1u));
+  };
   auto cta_sum = [&](float v) {
-    float one[1] = {group_sum<32>(v)};
-    warp_partials_sum(one, 0, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
-    return one[0];
+    float all[CTA_SUMS] = {v};
+    cta_sums(all);
+    return all[0];
   };
   // The CTA's pushes of step `step` to the cluster, and back the CTAs' values.
   auto exchange = [&](const float (&v)[CENTER ? 2 : 1]) {
@@ -142,31 +155,42 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       if constexpr (!is_none<R>) shift += to_float(*reinterpret_cast<const typename or_type<R, X>::type*>(stage(s) + L.x_bytes));
     }
     float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h - shift
+    float first_sq = 0.f;   // LayerNorm: sum of (h - shift)^2
     for_each_item<Cfg>([&](int k) {
       if (!t.owns_folded(k)) return;
       float v[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         v[i] = h(k, i, true);
-        first_sum += CENTER ? v[i] - shift : v[i] * v[i];
+        if constexpr (CENTER) {
+          const float d = v[i] - shift;
+          first_sum += d;
+          first_sq += d * d;
+        } else {
+          first_sum += v[i] * v[i];
+        }
       }
       if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
     });
-    float mean = 0.f;
-    float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
-    if constexpr (CENTER) {
-      const float slice_mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
-      refill();
-      float sq = 0.f;
+    // The sums of (h - around) and of its square over the thread's items (LayerNorm).
+    [[maybe_unused]] auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
       for_each_item<Cfg>([&](int k) {
         if (!t.owns_folded(k)) return;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float d = h(k, i, false) - slice_mean;
-          sq += d * d;
+          const float d = h(k, i, false) - around;
+          acc[0] += d;
+          acc[CTA_SUMS - 1] += d * d;
         }
       });
-      const float slice_m2 = cta_sum(sq);
+    };
+    float mean = 0.f;
+    float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
+    if constexpr (CENTER) {
+      const SliceMoments slice = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS),
+                                                       cta_sums, sums_around, refill);
+      const float slice_mean = slice.mean;
+      const float slice_m2 = slice.m2;
       if constexpr (CLUSTER > 1) {
         const float pair[2] = {slice_mean, slice_m2};
         const SliceMoments m = combine_slice_moments<CLUSTER>(*exchange(pair), static_cast<float>(SLICE_ELEMS));
@@ -198,6 +222,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       }
     }
     O* const out = row_ptr_mut<O>(p.out, p.shape, r);
+    const auto affine = OutputAffine<CENTER, O>::make(mean, rstd);
     const long long head_offset = params_cached ? 0 : (r % p.shape.heads) * Cfg::N;
     for_each_item<Cfg>([&](int k) {
       if (!t.owns_folded(k)) return;
@@ -206,10 +231,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       params.get(p, weight_offset_of<CENTER>(p), t.slice_vector(k) * VEC, head_offset, col, w, b);
       float v[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float x = CENTER ? h(k, i, false) - mean : h(k, i, false);
-        v[i] = x * rstd * w[i] + b[i];
-      }
+      for (int i = 0; i < VEC; ++i) v[i] = affine(h(k, i, false), w[i], b[i]);
       store_vec<VEC>(out + col, v);
     });
     if (++s == STAGES) {

@@ -44,6 +44,7 @@
 
 #include "normkit/common/async_copy.cuh"
 #include "normkit/common/pdl.cuh"
+#include "normkit/common/shifted_moments.cuh"
 #include "normkit/norm/row_engine.cuh"
 
 namespace nk {
@@ -74,7 +75,10 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
   __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
   unsigned long long* const stage_full = bulk_barriers;
   unsigned long long& params_full = bulk_barriers[STAGES];
-  __shared__ RowReduceStorage<1, TPR, 1, 1> cta_storage;
+  // LayerNorm's slice moments from one CTA reduction of two shifted sums
+  // (shifted_slice_moments), as the bulk ring's.
+  constexpr int CTA_SUMS = CENTER ? 2 : 1;
+  __shared__ RowReduceStorage<1, TPR, 1, CTA_SUMS> cta_storage;
   __shared__ float row_stats[2];  // the row being normalized: mean, rstd
   __shared__ int timed_out_shared;
   __shared__ unsigned long long fallback_slots[S];  // a timed-out CTA's own moments of the row's slices
@@ -122,18 +126,21 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
   // One CTA barrier a sum: the warps' partials go to alternating slot sets, so a set
   // is written again only after every thread has passed the next sum's barrier.
   unsigned sums_taken = 0;
-  auto cta_sum = [&](float v) {
-    float one[1] = {v};
+  auto cta_sums = [&](float (&v)[CTA_SUMS]) {
     if (sums_taken++ & 1u) {
-      row_sums<1, TPR, 1, true, 1>(one, 0, static_cast<int>(threadIdx.x), cta_storage);
+      row_sums<1, TPR, 1, true, 1>(v, 0, static_cast<int>(threadIdx.x), cta_storage);
     } else {
-      row_sums<1, TPR, 1, true, 0>(one, 0, static_cast<int>(threadIdx.x), cta_storage);
+      row_sums<1, TPR, 1, true, 0>(v, 0, static_cast<int>(threadIdx.x), cta_storage);
     }
-    return one[0];
+  };
+  auto cta_sum = [&](float v) {
+    float all[CTA_SUMS] = {v};
+    cta_sums(all);
+    return all[0];
   };
   // The slice's moments as a slot word (every thread gets it), residual_out stored
-  // with the first pass where res_out is given. Two CTA reductions (LayerNorm), one
-  // (RMSNorm).
+  // with the first pass where res_out is given. One CTA reduction (a second where
+  // LayerNorm's shift fails its guard).
   auto slice_slot = [&](const X* xs, const RR* rs, typename or_type<RO, X>::type* res_out) {
     float shift = 0.f;
     if constexpr (CENTER) {
@@ -141,32 +148,46 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       if constexpr (!is_none<R>) shift += to_float(rs[0]);
     }
     float first_sum = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of h - shift
-#pragma unroll
-    for (int k = 0; k < Cfg::ITEMS; ++k) {
-      float h[VEC];
-      load_h(xs, rs, k, h);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) first_sum += CENTER ? h[i] - shift : h[i] * h[i];
-      if constexpr (!is_none<RO>) {
-        if (res_out != nullptr) store_vec_at<VEC>(res_out, k * TPR + static_cast<int>(threadIdx.x), h);
-      }
-    }
-    const float first_total = cta_sum(first_sum);
-    if constexpr (!CENTER) return group_slot_pack(0u, __float_as_uint(first_total));
-    const float slice_mean = shift + first_total / static_cast<float>(SLICE_ELEMS);
-    float sq = 0.f;
+    float first_sq = 0.f;   // LayerNorm: sum of (h - shift)^2
 #pragma unroll
     for (int k = 0; k < Cfg::ITEMS; ++k) {
       float h[VEC];
       load_h(xs, rs, k, h);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        const float d = h[i] - slice_mean;
-        sq += d * d;
+        if constexpr (CENTER) {
+          const float d = h[i] - shift;
+          first_sum += d;
+          first_sq += d * d;
+        } else {
+          first_sum += h[i] * h[i];
+        }
+      }
+      if constexpr (!is_none<RO>) {
+        if (res_out != nullptr) store_vec_at<VEC>(res_out, k * TPR + static_cast<int>(threadIdx.x), h);
       }
     }
-    // A NaN mean keeps the slot non-zero through its M2 (NaN too); nothing to fix.
-    return group_slot_pack(__float_as_uint(slice_mean), __float_as_uint(cta_sum(sq)));
+    if constexpr (!CENTER) {
+      return group_slot_pack(0u, __float_as_uint(cta_sum(first_sum)));
+    } else {
+      auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
+#pragma unroll
+        for (int k = 0; k < Cfg::ITEMS; ++k) {
+          float h[VEC];
+          load_h(xs, rs, k, h);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float d = h[i] - around;
+            acc[0] += d;
+            acc[CTA_SUMS - 1] += d * d;
+          }
+        }
+      };
+      const SliceMoments m = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS),
+                                                   cta_sums, sums_around, [] {});
+      // A NaN mean keeps the slot non-zero through its M2 (NaN too); nothing to fix.
+      return group_slot_pack(__float_as_uint(m.mean), __float_as_uint(m.m2));
+    }
   };
 
   // Warp 0's slots of the row it normalizes next (lane l: slices l, l + 32, ...),
@@ -275,6 +296,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       }
       const float mean = row_stats[0];
       const float rstd = row_stats[1];
+      const auto affine = OutputAffine<CENTER, O>::make(mean, rstd);
       if constexpr (STORE_RSTD) {
         if (rank == 0 && threadIdx.x == 0) {
           if (p.rstd != nullptr) p.rstd[r] = rstd;
@@ -296,7 +318,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         params.get(p, weight_offset_of<CENTER>(p), at, head_offset, at, w, b);
         float v[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? h[i] - mean : h[i]) * rstd * w[i] + b[i];
+        for (int i = 0; i < VEC; ++i) v[i] = affine(h[i], w[i], b[i]);
         store_vec_at<VEC>(out, at / VEC, v);
       }
       __syncthreads();  // every thread's reads of stage s (and of row_stats) done

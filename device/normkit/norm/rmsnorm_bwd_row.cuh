@@ -34,9 +34,25 @@ struct DotAccumulator {
   }
 };
 
-template <int VEC, class X, class W, class DY, class DRO, class DX, class DR, bool CENTER>
+template <int VEC, class X, class W, class DY, class DRO, class DX, class DR, bool CENTER, bool FOLD_ALLOWED = true>
 struct NormBwdRow {
   static constexpr bool kCenter = CENTER;
+  // FOLD_MEAN (the rings' reads, expand_at / expand_shared and store_dx_at, of
+  // LayerNorm's 16-bit rows): h - mean folded into the multiply-adds that take it,
+  // xhat = fma(h, rstd, -mean * rstd) and dx's term fma(c, h, shift - c * mean): one
+  // add an element fewer in each pass (the LayerNorm bf16 ring's SASS: 16 of ~164
+  // instructions a vector of 8, in rows that ncu found as bound by issue as by
+  // memory). Each product may cancel against its constant where |mean| >> std, an
+  // error of ~|mean| / std * 2^-24 in xhat, far below a 16-bit h's own rounding
+  // (~|h| / std * 2^-9); fp32 rows keep the subtraction (rows of 1000 +- 1 are tested
+  // to fp32's precision there). FOLD_ALLOWED: the kernel's measured choice (norm_bwd_bulk
+  // takes it for rows of 64 threads and more). NK_BWD_NO_MEAN_FOLD compiles it out, to
+  // measure.
+#ifdef NK_BWD_NO_MEAN_FOLD
+  static constexpr bool FOLD_MEAN = false;
+#else
+  static constexpr bool FOLD_MEAN = CENTER && sizeof(X) <= 2 && FOLD_ALLOWED;
+#endif
   const NormBwdParams& p;
   long long head_offset;  // first element of the row's weight row ((r % heads) * N)
   float rstd;
@@ -96,8 +112,9 @@ struct NormBwdRow {
   // The same with h and dout read from memory at hs and ds (a ring's stage: load_vec
   // widens bf16 pairs as words), the weight from its row at column `col`, or, where
   // ws is given, from there (a copy of its slice in shared memory, raw).
-  // XH_SCALED false: xh is h - mean, not yet times rstd (store_dx_at<false> folds rstd
-  // into its coefficient: one multiply an element fewer).
+  // XH_SCALED false: xh is h - mean (h itself under FOLD_MEAN), not yet times rstd
+  // (store_dx_at<false> folds rstd and the mean into its coefficients: one multiply,
+  // and under FOLD_MEAN one add, an element fewer).
   template <bool XH_SCALED = true, class WS>
   __device__ __forceinline__ void expand_at(int col, const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                             float (&g)[VEC], float (&d)[VEC]) const {
@@ -135,14 +152,20 @@ struct NormBwdRow {
     load_shared_vec<VEC>(ds, d);
     combine<XH_SCALED>(w, h, d, xh, g);
   }
-  // xhat (XH_SCALED false: h - mean) and g from h, dout and the weight (weight_offset added).
+  // xhat (XH_SCALED false: h - mean, or h under FOLD_MEAN) and g from h, dout and the
+  // weight (weight_offset added).
   template <bool XH_SCALED = true>
   __device__ __forceinline__ void combine(const float (&w)[VEC], const float (&h)[VEC], const float (&d)[VEC],
                                          float (&xh)[VEC], float (&g)[VEC]) const {
+    const float neg_mean_rstd = -mean * rstd;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float centered = CENTER ? h[i] - mean : h[i];
-      xh[i] = XH_SCALED ? centered * rstd : centered;
+      if constexpr (FOLD_MEAN) {
+        xh[i] = XH_SCALED ? fmaf(h[i], rstd, neg_mean_rstd) : h[i];
+      } else {
+        const float centered = CENTER ? h[i] - mean : h[i];
+        xh[i] = XH_SCALED ? centered * rstd : centered;
+      }
       g[i] = d[i] * w[i];
     }
   }
@@ -186,7 +209,10 @@ struct NormBwdRow {
     float dro[VEC];
     if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro);
     const float xh_scale = -rstd * dots.gx_mean * (XH_SCALED ? 1.f : rstd);
-    const float shift = CENTER ? -rstd * dots.g_mean : 0.f;
+    // Under FOLD_MEAN pass 2's xh is h itself: the mean's term moves into the shift.
+    const float shift = !CENTER                      ? 0.f
+                        : (FOLD_MEAN && !XH_SCALED) ? fmaf(-xh_scale, mean, -rstd * dots.g_mean)
+                                                    : -rstd * dots.g_mean;
     float dx[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {

@@ -512,6 +512,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 
     O* const out = PREFETCH ? row_ptr_mut<O>(p.out, p.shape, r) : out_early;
     // Item k's output; `params(w, b)` gives its weight and bias (widened).
+    const auto affine = OutputAffine<CENTER, O>::make(mean, rstd);
     auto store_item = [&](int k, auto&& params) {
       const int col = t.column(k);
       float v[VEC];
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
       float w[VEC], b[VEC];
       params(w, b);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = (CENTER ? v[i] - mean : v[i]) * rstd * w[i] + b[i];
+      for (int i = 0; i < VEC; ++i) v[i] = affine(v[i], w[i], b[i]);
       store_vec<VEC>(out + col, v);
     };
     if constexpr (EARLY_PARAMS) {

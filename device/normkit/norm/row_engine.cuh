@@ -167,6 +167,29 @@ __device__ __forceinline__ float weight_offset_of(const P& p) {
   return CENTER ? kNoOffset : p.weight_offset;
 }
 
+// The forward's output element, (h - mean) * rstd * w + b (mean 0 for RMSNorm), for
+// every forward kernel's epilogue. FOLD (LayerNorm rows written in a 16-bit dtype):
+// fma(fma(h, rstd, -mean * rstd), w, b), one add an element fewer. The inner product
+// may cancel against -mean * rstd where |mean| >> std: an error of ~|mean| / std *
+// 2^-24 in the normalized value, far below a 16-bit output's rounding (2^-9 of it).
+// fp32 outputs keep the subtraction. NK_FWD_NO_MEAN_FOLD compiles it out, to measure.
+template <bool CENTER, class O>
+struct OutputAffine {
+#ifdef NK_FWD_NO_MEAN_FOLD
+  static constexpr bool FOLD = false;
+#else
+  static constexpr bool FOLD = CENTER && sizeof(O) <= 2;
+#endif
+  float mean;
+  float rstd;
+  float neg_mean_rstd;
+  __device__ static OutputAffine make(float mean, float rstd) { return OutputAffine{mean, rstd, -mean * rstd}; }
+  __device__ __forceinline__ float operator()(float h, float w, float b) const {
+    if constexpr (FOLD) return fmaf(fmaf(h, rstd, neg_mean_rstd), w, b);
+    return (CENTER ? h - mean : h) * rstd * w + b;
+  }
+};
+
 // Element `offset` of a parameter of element type T (base itself when absent).
 template <class T>
 __device__ __forceinline__ const void* param_at(const void* base, long long offset) {
