@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_kernel
 
     O* const out = PREFETCH ? row_ptr_mut<O>(p.out, p.shape, r) : out_early;
     // Item k's output; `params(w, b)` gives its weight and bias (widened).
-    const auto affine = OutputAffine<CENTER, O>::make(mean, rstd);
+    const auto affine = OutputAffine<CENTER, O, !STORE_RSTD>::make(mean, rstd);
     auto store_item = [&](int k, auto&& params) {
       const int col = t.column(k);
       float v[VEC];

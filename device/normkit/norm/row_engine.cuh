@@ -172,13 +172,17 @@ __device__ __forceinline__ float weight_offset_of(const P& p) {
 // fma(fma(h, rstd, -mean * rstd), w, b), one add an element fewer. The inner product
 // may cancel against -mean * rstd where |mean| >> std: an error of ~|mean| / std *
 // 2^-24 in the normalized value, far below a 16-bit output's rounding (2^-9 of it).
-// fp32 outputs keep the subtraction. NK_FWD_NO_MEAN_FOLD compiles it out, to measure.
-template <bool CENTER, class O>
+// fp32 outputs keep the subtraction. ALLOW_FOLD false keeps it too: the register
+// rows storing mean and rstd hold mean beside -mean * rstd to the end of the row, and
+// at 64 registers (1024-thread CTAs, 64 elements a thread) that spilled 16 bytes
+// (LayerNorm bf16 with an fp32 weight, N=131072-262144, sm_90a); the fold was measured
+// without the statistics stored only. NK_FWD_NO_MEAN_FOLD compiles it out, to measure.
+template <bool CENTER, class O, bool ALLOW_FOLD = true>
 struct OutputAffine {
 #ifdef NK_FWD_NO_MEAN_FOLD
   static constexpr bool FOLD = false;
 #else
-  static constexpr bool FOLD = CENTER && sizeof(O) <= 2;
+  static constexpr bool FOLD = ALLOW_FOLD && CENTER && sizeof(O) <= 2;
 #endif
   float mean;
   float rstd;
