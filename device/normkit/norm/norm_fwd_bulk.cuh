@@ -29,8 +29,9 @@
 // The CTA is the SM's only one, so each barrier of a row is time its SM issues no
 // stores: the two-pass slice moments (two CTA barriers) kept LayerNorm bf16 rows
 // at 0.60-0.70x copy where RMSNorm's one barrier reached 0.83-0.92
-// (docs/perf/h200-2026-12-01c.md); with one, LayerNorm's ring rows gained 2-6 %
-// (docs/perf/h200-2026-12-02e.md).
+// (docs/perf/h200-2026-12-01c.md); with one, LayerNorm's 16-bit and long fp32 ring
+// rows gained 2-6 %, but fp32 rows of N=32768-65536 lost 2-2.5 % and keep the two
+// passes (SHIFTED_SLICE; docs/perf/h200-2026-12-02e.md).
 // Measured on the H200 (docs/perf/h200-2026-12-01c.md): faster than the register
 // rows for long fp32 rows (up to +32 %) and 16-bit rows with a residual at N=262144
 // (+7-41 %), slower for 16-bit LayerNorm rows below that (-3 to -22 %); the plans take
@@ -67,8 +68,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   __shared__ unsigned long long bulk_barriers[STAGES + 1];  // the stages', then the parameters'
   unsigned long long* const stage_full = bulk_barriers;
   unsigned long long& params_full = bulk_barriers[STAGES];
-  // LayerNorm reduces its two shifted sums at once.
-  constexpr int CTA_SUMS = CENTER ? 2 : 1;
+  // LayerNorm's slice moments from shifted sums (two sums in one CTA reduction) for
+  // 16-bit rows and fp32 rows of N >= 131072; fp32 rows below keep the two passes
+  // (mean, then squares around it: two reductions of one sum). Same call, two rounds
+  // each against ce080a3's two passes (docs/perf/h200-2026-12-02e.md, section 4):
+  // fp32 N=131072 0.882 -> 0.903, but N=32768 0.928 -> 0.905, 65536 0.950 -> 0.931,
+  // 65536 with a residual 0.929 -> 0.911; bf16 +residual N=262144 0.908 -> 0.926.
+  constexpr bool SHIFTED_SLICE = CENTER && (sizeof(X) <= 2 || Cfg::N >= 131072);
+  constexpr int CTA_SUMS = SHIFTED_SLICE ? 2 : 1;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CTA_SUMS> cta_storage;
   __shared__ ClusterPushes<1, CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
 
@@ -165,30 +172,46 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
         if constexpr (CENTER) {
           const float d = v[i] - shift;
           first_sum += d;
-          first_sq += d * d;
+          if constexpr (SHIFTED_SLICE) first_sq += d * d;
         } else {
           first_sum += v[i] * v[i];
         }
       }
       if constexpr (!is_none<RO>) store_vec<VEC>(res_out + t.column(k), v);
     });
-    // The sums of (h - around) and of its square over the thread's items (LayerNorm).
-    [[maybe_unused]] auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
-      for_each_item<Cfg>([&](int k) {
-        if (!t.owns_folded(k)) return;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float d = h(k, i, false) - around;
-          acc[0] += d;
-          acc[CTA_SUMS - 1] += d * d;
-        }
-      });
-    };
     float mean = 0.f;
     float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
     if constexpr (CENTER) {
-      const SliceMoments slice = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS),
-                                                       cta_sums, sums_around, refill);
+      SliceMoments slice;
+      if constexpr (SHIFTED_SLICE) {
+        // The sums of (h - around) and of its square over the thread's items.
+        auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
+          for_each_item<Cfg>([&](int k) {
+            if (!t.owns_folded(k)) return;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float d = h(k, i, false) - around;
+              acc[0] += d;
+              acc[1] += d * d;
+            }
+          });
+        };
+        slice = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS), cta_sums,
+                                      sums_around, refill);
+      } else {
+        slice.mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
+        refill();
+        float sq = 0.f;
+        for_each_item<Cfg>([&](int k) {
+          if (!t.owns_folded(k)) return;
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float d = h(k, i, false) - slice.mean;
+            sq += d * d;
+          }
+        });
+        slice.m2 = cta_sum(sq);
+      }
       const float slice_mean = slice.mean;
       const float slice_m2 = slice.m2;
       if constexpr (CLUSTER > 1) {
