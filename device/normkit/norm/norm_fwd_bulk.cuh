@@ -69,14 +69,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   unsigned long long* const stage_full = bulk_barriers;
   unsigned long long& params_full = bulk_barriers[STAGES];
   // LayerNorm's slice moments from shifted sums (two sums in one CTA reduction) for
-  // 16-bit rows and fp32 rows of N >= 131072; fp32 rows below keep the two passes
-  // (mean, then squares around it: two reductions of one sum). Same call, two rounds
-  // each against ce080a3's two passes (docs/perf/h200-2026-12-02e.md, section 4):
-  // fp32 N=131072 0.882 -> 0.903, but N=32768 0.928 -> 0.905, 65536 0.950 -> 0.931,
-  // 65536 with a residual 0.929 -> 0.911; bf16 +residual N=262144 0.908 -> 0.926.
+  // 16-bit rows and fp32 rows of N >= 131072. fp32 rows below take two passes: the
+  // mean around the first column (one sum), then the sums of h - mean and of its
+  // square around that mean (one reduction of two), which correct the mean to first
+  // order: the first column an outlier (test_outlier_first_column) left the first
+  // pass's mean 3e-5 off. Same call, two rounds each against ce080a3's two passes
+  // (docs/perf/h200-2026-12-02e.md, section 4): the shifted sums gave fp32 N=131072
+  // 0.882 -> 0.903 but N=32768 0.928 -> 0.905, 65536 0.950 -> 0.931, 65536 with a
+  // residual 0.929 -> 0.911; bf16 +residual N=262144 0.908 -> 0.926.
   constexpr bool SHIFTED_SLICE = CENTER && (sizeof(X) <= 2 || Cfg::N >= 131072);
-  constexpr int CTA_SUMS = SHIFTED_SLICE ? 2 : 1;
+  constexpr int CTA_SUMS = CENTER ? 2 : 1;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CTA_SUMS> cta_storage;
+  // The two passes' first sum (LayerNorm without SHIFTED_SLICE; RMSNorm's one sum
+  // takes cta_storage).
+  __shared__ RowReduceStorage<1, Cfg::TPR, 1, 1> first_sum_storage;
   __shared__ ClusterPushes<1, CLUSTER, CENTER ? 2 : 1> cluster_pushes;  // CLUSTER > 1 only
 
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
@@ -112,9 +118,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     warp_partials_sum(v, 0, t.lane, cta_storage, static_cast<int>(cta_sums_taken++ & 1u));
   };
   auto cta_sum = [&](float v) {
-    float all[CTA_SUMS] = {v};
-    cta_sums(all);
-    return all[0];
+    float one[1] = {group_sum<32>(v)};
+    if constexpr (CTA_SUMS == 1) {
+      warp_partials_sum(one, 0, t.lane, cta_storage, static_cast<int>(cta_sums_taken++ & 1u));
+    } else {
+      warp_partials_sum(one, 0, t.lane, first_sum_storage, static_cast<int>(cta_sums_taken++ & 1u));
+    }
+    return one[0];
   };
   // The CTA's pushes of step `step` to the cluster, and back the CTAs' values.
   auto exchange = [&](const float (&v)[CENTER ? 2 : 1]) {
@@ -182,35 +192,30 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     float mean = 0.f;
     float m2 = 0.f;  // RMSNorm: sum of h^2; LayerNorm: sum of (h - mean)^2
     if constexpr (CENTER) {
-      SliceMoments slice;
-      if constexpr (SHIFTED_SLICE) {
-        // The sums of (h - around) and of its square over the thread's items.
-        auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
-          for_each_item<Cfg>([&](int k) {
-            if (!t.owns_folded(k)) return;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              const float d = h(k, i, false) - around;
-              acc[0] += d;
-              acc[1] += d * d;
-            }
-          });
-        };
-        slice = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS), cta_sums,
-                                      sums_around, refill);
-      } else {
-        slice.mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
-        refill();
-        float sq = 0.f;
+      // The sums of (h - around) and of its square over the thread's items.
+      auto sums_around = [&](float around, float (&acc)[CTA_SUMS]) {
         for_each_item<Cfg>([&](int k) {
           if (!t.owns_folded(k)) return;
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float d = h(k, i, false) - slice.mean;
-            sq += d * d;
+            const float d = h(k, i, false) - around;
+            acc[0] += d;
+            acc[1] += d * d;
           }
         });
-        slice.m2 = cta_sum(sq);
+      };
+      SliceMoments slice;
+      if constexpr (SHIFTED_SLICE) {
+        slice = shifted_slice_moments(shift, first_sum, first_sq, static_cast<float>(SLICE_ELEMS), cta_sums,
+                                      sums_around, refill);
+      } else {
+        const float first_mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
+        refill();
+        float acc[CTA_SUMS] = {0.f, 0.f};
+        sums_around(first_mean, acc);
+        cta_sums(acc);
+        const ShiftedMoments m = moments_from_shifted_sums(first_mean, acc[0], acc[1], static_cast<float>(SLICE_ELEMS));
+        slice = SliceMoments{m.mean, fmaxf(m.m2, 0.f)};
       }
       const float slice_mean = slice.mean;
       const float slice_m2 = slice.m2;
