@@ -73,10 +73,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   // mean around the first column (one sum), then the sums of h - mean and of its
   // square around that mean (one reduction of two), which correct the mean to first
   // order: the first column an outlier (test_outlier_first_column) left the first
-  // pass's mean 3e-5 off. Same call, two rounds each against ce080a3's two passes
-  // (docs/perf/h200-2026-12-02e.md, section 4): the shifted sums gave fp32 N=131072
-  // 0.882 -> 0.903 but N=32768 0.928 -> 0.905, 65536 0.950 -> 0.931, 65536 with a
-  // residual 0.929 -> 0.911; bf16 +residual N=262144 0.908 -> 0.926.
+  // pass's mean 3e-5 off, as it did at ce080a3, whose second pass summed squares
+  // only. Same call, two rounds each against ce080a3 (docs/perf/h200-2026-12-02e.md,
+  // section 4): the shifted sums gave fp32 N=131072 0.882 -> 0.903, bf16 +residual
+  // N=262144 0.908 -> 0.926, but fp32 N=32768 0.928 -> 0.905, 65536 0.950 -> 0.931,
+  // 65536 +residual 0.929 -> 0.911; these two passes 0.939 -> 0.938 at N=32768 and
+  // 0.949 -> 0.928, 0.932 -> 0.915 at N=65536 (ce080a3's uncorrected ones: level).
   constexpr bool SHIFTED_SLICE = CENTER && (sizeof(X) <= 2 || Cfg::N >= 131072);
   constexpr int CTA_SUMS = CENTER ? 2 : 1;
   __shared__ RowReduceStorage<1, Cfg::TPR, 1, CTA_SUMS> cta_storage;
