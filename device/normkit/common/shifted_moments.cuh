@@ -73,14 +73,27 @@ NK_SHIFT_FN SliceMoments combine_slice_moments(const float (&pairs)[C][2], float
 }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// The mean and M2 of a CTA's slice of n elements from the sums of h - around and of
+// its square (sums_around(around, acc) adds the thread's to acc[0] and acc[1]),
+// reduced over the CTA by cta_sums(float (&)[2]). Exact to first order in
+// |mean - around| / std: for `around` a mean already taken once, near enough.
+template <class CtaSums, class SumsAround>
+__device__ __forceinline__ SliceMoments slice_moments_around(float around, float n, CtaSums&& cta_sums,
+                                                             SumsAround&& sums_around) {
+  float sums[2] = {0.f, 0.f};
+  sums_around(around, sums);
+  cta_sums(sums);
+  const ShiftedMoments m = moments_from_shifted_sums(around, sums[0], sums[1], n);
+  return SliceMoments{m.mean, fmaxf(m.m2, 0.f)};
+}
+
 // The mean and M2 of a CTA's slice of n elements (the rings' kernels, where a CTA
 // barrier is time the SM's only CTAs issue no stores) from one CTA reduction of each
 // thread's sums around `shift`, s = sum(h - shift) and q = sum((h - shift)^2):
 // cta_sums(float (&)[2]) sums both over the CTA. Where the guard fails the sums are
-// taken again around the mean found (sums_around(around, acc) adds the thread's
-// h - around to acc[0] and its square to acc[1]) and reduced once more; uniform over
-// the CTA, whose threads hold the same reduced sums. after_first() runs after the
-// first reduction, once every thread has made its first pass.
+// taken again around the mean found (slice_moments_around); uniform over the CTA,
+// whose threads hold the same reduced sums. after_first() runs after the first
+// reduction, once every thread has made its first pass.
 template <class CtaSums, class SumsAround, class AfterFirst>
 __device__ __forceinline__ SliceMoments shifted_slice_moments(float shift, float s, float q, float n,
                                                               CtaSums&& cta_sums, SumsAround&& sums_around,
@@ -88,15 +101,10 @@ __device__ __forceinline__ SliceMoments shifted_slice_moments(float shift, float
   float sums[2] = {s, q};
   cta_sums(sums);
   after_first();
-  ShiftedMoments m = moments_from_shifted_sums(shift, sums[0], sums[1], n);
-  if (m.exact_needed) {
-    float again[2] = {0.f, 0.f};
-    sums_around(m.mean, again);
-    cta_sums(again);
-    m = moments_from_shifted_sums(m.mean, again[0], again[1], n);
-    m.m2 = fmaxf(m.m2, 0.f);
-  }
-  return SliceMoments{m.mean, m.m2};
+  const ShiftedMoments m = moments_from_shifted_sums(shift, sums[0], sums[1], n);
+  SliceMoments moments{m.mean, m.m2};
+  if (m.exact_needed) moments = slice_moments_around(m.mean, n, cta_sums, sums_around);
+  return moments;
 }
 #endif
 

@@ -213,22 +213,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
       } else {
         const float first_mean = shift + cta_sum(first_sum) / static_cast<float>(SLICE_ELEMS);
         refill();
-        float acc[CTA_SUMS] = {0.f, 0.f};
-        sums_around(first_mean, acc);
-        cta_sums(acc);
-        const ShiftedMoments m = moments_from_shifted_sums(first_mean, acc[0], acc[1], static_cast<float>(SLICE_ELEMS));
-        slice = SliceMoments{m.mean, fmaxf(m.m2, 0.f)};
+        slice = slice_moments_around(first_mean, static_cast<float>(SLICE_ELEMS), cta_sums, sums_around);
       }
-      const float slice_mean = slice.mean;
-      const float slice_m2 = slice.m2;
       if constexpr (CLUSTER > 1) {
-        const float pair[2] = {slice_mean, slice_m2};
+        const float pair[2] = {slice.mean, slice.m2};
         const SliceMoments m = combine_slice_moments<CLUSTER>(*exchange(pair), static_cast<float>(SLICE_ELEMS));
         mean = m.mean;
         m2 = m.m2;
       } else {
-        mean = slice_mean;
-        m2 = slice_m2;
+        mean = slice.mean;
+        m2 = slice.m2;
       }
     } else {
       m2 = cta_sum(first_sum);

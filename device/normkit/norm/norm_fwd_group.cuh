@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
           for (int i = 0; i < VEC; ++i) {
             const float d = h[i] - around;
             acc[0] += d;
-            acc[CTA_SUMS - 1] += d * d;
+            acc[1] += d * d;
           }
         }
       };
