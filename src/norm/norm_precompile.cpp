@@ -55,11 +55,18 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
     s.center = center;
-    s.params_smem_allowed = rt::Runtime::instance().config().params_smem;  // as a call would plan
+    // The switches a call plans under (rmsnorm_cuda.cpp): NORMKIT_PARAMS_SMEM,
+    // NORMKIT_GROUP_ROWS and NORMKIT_FORWARD_PLAN change the kernels too.
+    const rt::CallSwitches switches = rt::Runtime::instance().switches();
+    s.params_smem_allowed = switches.params_smem;
+    s.plan_override = switches.forward_plan;
     // Calls of few rows may take another plan (RowPlan::early_params), decode calls
-    // another still (with_decode_rows): each kernel once.
+    // another still (with_decode_rows), and in-place calls or devices that cannot
+    // hold a row group at once the plan without grouped rows: each kernel once.
     std::vector<rt::KernelSource> fwd;
+    for (const bool group_rows : {switches.group_rows, false})
     for (const auto& [few_rows, decode_rows] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      s.group_rows_allowed = group_rows;
       s.few_rows = few_rows;
       s.decode_rows = decode_rows;
       s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
@@ -81,10 +88,12 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
   s.dbias = v.bias;
   s.center = center;
   // The plan switches of the configuration, as a call would see them: a cache
-  // built with NORMKIT_SMEM_SUMS=0 is one a run with it finds complete.
-  const rt::Config& config = rt::Runtime::instance().config();
-  s.smem_sums_allowed = config.smem_sums;
-  s.async_rows_allowed = config.async_rows;
+  // built with NORMKIT_SMEM_SUMS=0 (or a NORMKIT_BACKWARD_PLAN) is one a run with it
+  // finds complete.
+  const rt::CallSwitches switches = rt::Runtime::instance().switches();
+  s.smem_sums_allowed = switches.smem_sums;
+  s.async_rows_allowed = switches.async_rows;
+  s.plan_override = switches.backward_plan;
   // Calls with few rows may take another plan (RowPlanInputs::few_rows): both
   // plans' kernels, each once.
   std::vector<rt::KernelSource> out;
@@ -94,9 +103,12 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
       if (o.entry == k->entry && o.source == k->source) return;
     out.push_back(std::move(*k));
   };
-  // Per-head calls (many_heads) may plan otherwise too (no wait in split rows).
+  // Per-head calls (many_heads) may plan otherwise too (no wait in split rows), and
+  // devices that cannot hold a row group at once without grouped rows.
+  for (const bool group_rows : {switches.group_rows, false})
   for (const bool few_rows : {false, true})
   for (const bool many_heads : {false, true}) {
+    s.group_rows_allowed = group_rows;
     s.few_rows = few_rows;
     s.many_heads = many_heads;
     s.plan = detail::plan_bwd(s, kAlignedVec, target_arch);

@@ -43,7 +43,8 @@ std::string error_of(const std::function<void()>& call) {
 // the precompile code: the forward's and the backward's kernels for many and for
 // few rows, each once.
 std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, bool smem_sums = true,
-                                          bool async_rows = true) {
+                                          bool async_rows = true, const std::string& fwd_plan = "",
+                                          const std::string& bwd_plan = "") {
   const int arch = normkit::rt::Target::parse(kArch).arch;
   if (!v.backward) {
     RmsFwdSpec s;
@@ -56,6 +57,7 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
     s.out = v.out.value_or(v.x);
     s.store_rstd = v.store_rstd;
     s.center = center;
+    s.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", fwd_plan);
     // Many rows, and few rows when that plan differs (early_params).
     std::vector<std::string> fwd;
     for (const bool few_rows : {false, true}) {
@@ -83,6 +85,7 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
     s.center = center;
     s.smem_sums_allowed = smem_sums;
     s.async_rows_allowed = async_rows;
+    s.plan_override = normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", bwd_plan);
     s.plan = plan_bwd(s, 8, arch);
     const RmsBwdSources k = bwd_sources(s);
     for (const std::optional<normkit::rt::KernelSource>& source :
@@ -207,6 +210,38 @@ TEST_F(NormPrecompile, PlanSwitchesReachThePrecompiledPlans) {
     normkit::rt::Runtime::instance().reload_config();
     EXPECT_EQ(off, dispatch_entries(v, false, false, false));
     EXPECT_NE(off, on);
+  }
+}
+
+// A cache precompiled under NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN holds the
+// kernels of the plans those force, as a call under them plans (it ignored them).
+TEST_F(NormPrecompile, PlanOverridesReachThePrecompiledPlans) {
+  struct Case {
+    const char* variable;
+    const char* plan;
+    bool backward;
+    std::int64_t n;
+  };
+  for (const Case& c : {Case{"NORMKIT_BACKWARD_PLAN", "row=bulk,cta=256,minb=2,cluster=4", true, 32768},
+                        Case{"NORMKIT_FORWARD_PLAN", "ept=16,cta=512", false, 8192}}) {
+    LayerNormVariant v = c.backward ? bwd_variant(c.n) : fwd_variant();
+    v.n = c.n;
+    SCOPED_TRACE(std::string(c.variable) + "=" + c.plan + " " + v.describe());
+    auto entries = [&] {
+      std::vector<std::string> out;
+      layernorm_precompile(v, kArch, [&](const PrecompiledKernel& k) { out.push_back(k.template_args); });
+      return out;
+    };
+    const std::vector<std::string> own = entries();
+    setenv(c.variable, c.plan, 1);
+    normkit::rt::Runtime::instance().reload_config();
+    const std::vector<std::string> forced = entries();
+    unsetenv(c.variable);
+    normkit::rt::Runtime::instance().reload_config();
+    const std::string fwd_plan = c.backward ? "" : c.plan;
+    const std::string bwd_plan = c.backward ? c.plan : "";
+    EXPECT_EQ(forced, dispatch_entries(v, true, true, true, fwd_plan, bwd_plan));
+    EXPECT_NE(forced, own);
   }
 }
 
