@@ -90,7 +90,12 @@ RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
   RowPlanInputs out = in;
   out.forced_bulk_rows = true;
   if (short_ept) out.forced_elems_per_thread = short_ept;
-  if (!in.backward) out.forced_cluster = bulk_rows_measured_cluster(in);
+  const BulkRingCtas ctas = short_ept ? BulkRingCtas{}
+                            : in.backward ? bulk_backward_measured_ctas(in)
+                                          : bulk_rows_measured_ctas(in);
+  out.forced_cluster = ctas.cluster;
+  out.forced_cta_threads = ctas.threads;
+  out.forced_min_blocks = ctas.blocks;
   return out;
 }
 

@@ -209,6 +209,15 @@ struct BulkRingShape {
 std::optional<BulkRingShape> bulk_ring_shape(const RowPlanInputs& in, std::int64_t nv,
                                              std::int64_t stage_per_vector, std::int64_t target_bytes);
 
+// The CTAs of a bulk ring planned where it measured faster (bulk_rows_measured_ctas,
+// bulk_backward_measured_ctas) where they are not bulk_ring_shape's own: the cluster,
+// the threads a CTA and the CTAs an SM, each 0 where the ring's own.
+struct BulkRingCtas {
+  int cluster = 0;
+  int threads = 0;
+  int blocks = 0;
+};
+
 // The stages a bulk ring takes: as many as the SM's shared memory (shared by the
 // shape's blocks) holds, up to max_stages, beside the parameters' slices
 // (params_bytes; in shared memory where `params_allowed` and the stages asked for

@@ -103,6 +103,8 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
 // dtype, not calls of few rows, nothing of NORMKIT_BACKWARD_PLAN forced (row=regs
 // refuses it).
 bool bulk_backward_rows_measured(const RowPlanInputs& in);
+// The CTAs the measured backward ring takes where they are not the ring's own.
+BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in);
 
 // The same for short bf16 rows (N=256-8192, powers of two), which the ring takes as
 // several whole rows a stage: the columns a thread (ept=) it measured fastest at, or

@@ -58,6 +58,48 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
   return in.n >= (dro ? 131072 : 65536);
 }
 
+// Several CTAs an SM instead of one of 512 threads, for bf16 rows. A CTA's row loop
+// is a chain (the stage's wait, pass 1, the warps' and the cluster's sums, pass 2,
+// the barrier that frees the stage) that one CTA an SM leaves unoverlapped: over
+// clusters of 2-8 such CTAs a row of LayerNorm bf16 N=32768 took t = a + b / cluster
+// with a ~0.75 us (plan_cases/backward-16bit-more-ctas.txt). Two or three smaller
+// CTAs an SM overlap one's reductions with another's passes. H200, M*N = 2^27, ratio
+// to copy, own plan (one 512-thread CTA an SM) -> row=bulk,cta=,minb=,cluster=, two
+// runs each in one call (scripts/plan_cases/backward-bulk-more-ctas-2.txt at 648f3eb,
+// docs/perf/h200-2026-12-03.md):
+//   LayerNorm without dresidual_out, slices of 4096 columns in three 128-thread CTAs
+//   an SM (cta=128,minb=3): N=16384 (over 4) 0.864 -> 0.933, 32768 (over 8) 0.849 ->
+//   0.901 (four such CTAs: 0.870 / 0.889, their two stages against three's four;
+//   two of 256 over 4 at N=32768: 0.882);
+//   LayerNorm with dresidual_out N=32768, two 256-thread CTAs an SM over 8: 0.893 -> 0.931;
+//   RMSNorm without it, slices of 8192 columns in two 256-thread CTAs an SM: N=32768
+//   (over 4) 0.888 -> 0.937, 65536 (over 8) 0.924 -> 0.930, 131072 (over 16) 0.907 ->
+//   0.931.
+// Not taken: RMSNorm N=16384 (0.885 -> 0.865 three 128-thread CTAs over 4, 0.876 two
+// 256-thread over 2, one run), RMSNorm N=32768 in 128-thread CTAs (0.840-0.863),
+// LayerNorm N=65536 (0.915 -> 0.920 two 256-thread over 8, 0.904 four 128-thread
+// over 16), RMSNorm with dresidual_out N=32768-65536 (0.962 / 0.932 -> 0.929 / 0.860:
+// a stage of three tensors leaves half an SM two stages), LayerNorm with it at N=16384
+// and 65536 (the ring refused: its stages do not fit, the register rows spilled).
+BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
+  // As measured: bf16 rows the ring takes (16-byte vectors of h and dout), the
+  // measured N only.
+  if (!bulk_backward_rows_measured(in) || in.x_bytes != 2 || in.max_vec * in.x_bytes < 16 ||
+      in.dout_bytes != in.x_bytes)
+    return {};
+  const std::int64_t n = in.n;
+  // Elsewhere the ring might refuse these CTAs (slices that are not whole vectors), and
+  // the register rows would take them instead.
+  if ((n & (n - 1)) != 0) return {};
+  if (in.center) {
+    if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
+    if (in.residual && n == 32768) return {8, 256, 2};
+    return {};
+  }
+  if (!in.residual && n >= 32768 && n <= 131072) return {static_cast<int>(n / 8192), 256, 2};
+  return {};
+}
+
 // Short bf16 rows, several whole rows a stage of one 512-thread CTA an SM. H200, M*N =
 // 2^27, ratio to copy, own plan -> NORMKIT_BACKWARD_PLAN=row=bulk,ept=..., one run
 // each in one call (scripts/plan_cases/backward-short-bulk-rows.txt at f78a5db,

@@ -279,9 +279,23 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // now planned; LayerNorm bf16 rows stay off the ring (N=65536-262144 without a residual
 // 0.854 / 0.859 / 0.750 against the register rows' 0.911 / 0.857 / 0.845; with one
 // N=65536-131072 0.917 / 0.855 against 0.930 / 0.880).
-int bulk_rows_measured_cluster(const RowPlanInputs& in) {
-  if (!bulk_rows_measured(in) || in.x_bytes != 4 || in.center) return 0;
-  return in.n <= (in.residual ? 65536 : 131072) ? 8 : 0;
+// RMSNorm bf16 without a residual from N=131072, over 16 CTAs of 64 columns a thread,
+// several an SM (the ring's own shape, one 512-thread CTA an SM, measured +2 % at
+// N=131072 above: not planned). Two runs each in one call (scripts/plan_cases/
+// backward-bulk-more-ctas-2.txt at 648f3eb, docs/perf/h200-2026-12-03.md), the
+// register rows -> the ring: N=131072 0.908 -> 0.927 (four 128-thread CTAs an SM;
+// two of 256: 0.915), 262144 0.885 -> 0.925 (two 256-thread CTAs an SM). LayerNorm
+// bf16 lost both ways (N=131072 0.860 -> 0.809 / 0.620, 262144 0.836 -> 0.629).
+BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
+  if (!bulk_rows_measured(in) || in.max_vec * in.x_bytes < 16) return {};
+  if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) return {8, 0, 0};
+  if (in.x_bytes == 2 && !in.center && !in.residual) {
+    // The measured N only: elsewhere the ring might refuse these CTAs (a slice that is
+    // not whole vectors), and the register rows would take them instead.
+    if (in.n == 131072) return {16, 128, 4};
+    if (in.n == 262144) return {16, 256, 2};
+  }
+  return {};
 }
 
 bool bulk_rows_measured(const RowPlanInputs& in) {
@@ -295,7 +309,8 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
     if (in.center) return in.n <= 131072;
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }
-  return in.x_bytes == 2 && !in.x_fp16 && in.residual && in.n > 131072;  // bf16 measured
+  if (in.x_bytes != 2 || in.x_fp16) return false;  // bf16 measured
+  return in.residual ? in.n > 131072 : !in.center && (in.n == 131072 || in.n == 262144);
 }
 
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {

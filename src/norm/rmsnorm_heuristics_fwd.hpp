@@ -46,12 +46,13 @@ RowPlan with_smem_row(const RowPlan& planned, const RowPlanInputs& in);
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in);
 
 // Forward calls on sm_90 where the bulk ring measured faster than the plan's own
-// rows (the numbers beside its definition): long fp32 rows, and bf16 rows with a
-// residual at N > 131072; weight, bias and residual of x's dtype, not calls of few
-// rows, nothing of NORMKIT_FORWARD_PLAN forced (row=regs refuses it).
+// rows (the numbers beside its definition): long fp32 rows, bf16 rows with a
+// residual at N > 131072 and RMSNorm's without one from N=131072; weight, bias and
+// residual of x's dtype, not calls of few rows, nothing of NORMKIT_FORWARD_PLAN
+// forced (row=regs refuses it).
 bool bulk_rows_measured(const RowPlanInputs& in);
-// The cluster the measured bulk ring takes where it is not the ring's own (0: its own).
-int bulk_rows_measured_cluster(const RowPlanInputs& in);
+// The CTAs the measured bulk ring takes where they are not the ring's own.
+BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in);
 
 // The plan of norm_fwd_group_kernel (norm_bwd_group_kernel: RowPlan::group_stages)
 // where in.forced_group_rows asks for it (NORMKIT_FORWARD_PLAN's or

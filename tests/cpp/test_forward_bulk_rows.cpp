@@ -58,13 +58,16 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
 TEST(RmsNormPlan, BulkRowsWhereMeasured) {
   auto measured = [](std::int64_t n, DType x, bool center, bool residual) {
     if (n < 32768 || n > 262144) return false;
-    if (x == bf16) return residual && n == 262144;
+    if (x == bf16) return residual ? n == 262144 : !center && (n == 131072 || n == 262144);
     if (center) return n <= 131072;
     return residual ? n >= 32768 && n <= 131072 : n >= 65536;
   };
-  // RMSNorm fp32 over 8 CTAs where that measured faster than the ring's own cluster.
-  auto measured_cluster = [](std::int64_t n, DType x, bool center, bool residual) {
-    return x == f32 && !center && n <= (residual ? 65536 : 131072) ? 8 : 0;
+  // RMSNorm fp32 over 8 CTAs where that measured faster than the ring's own cluster,
+  // and RMSNorm bf16 without a residual in several CTAs an SM (bulk_rows_measured_ctas).
+  auto measured_ctas = [](std::int64_t n, DType x, bool center, bool residual) -> std::string {
+    if (x == f32 && !center && n <= (residual ? 65536 : 131072)) return ",cluster=8";
+    if (x == bf16 && !center && !residual) return n == 131072 ? ",cta=128,minb=4,cluster=16" : ",cta=256,minb=2,cluster=16";
+    return "";
   };
   for (const DType x : {bf16, f32})
     for (std::int64_t n : {256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288})
@@ -79,11 +82,12 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
           // The plan row=bulk asks for; none of it under row=regs, on sm_100, with
           // another override, a weight of another width, a residual of another width, in
           // calls of few rows.
-          const int cluster = measured_cluster(n, x, center, residual);
-          const std::string asked = cluster ? "row=bulk,cluster=" + std::to_string(cluster) : "row=bulk";
+          const std::string asked = "row=bulk" + measured_ctas(n, x, center, residual);
           EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, asked.c_str(), 90, r).plan.str()) << n;
-          if (cluster) {
-            EXPECT_EQ(p.cluster, cluster) << n;
+          if (x == f32 && !measured_ctas(n, x, center, residual).empty()) EXPECT_EQ(p.cluster, 8) << n;
+          if (x == bf16 && !residual) {
+            EXPECT_EQ(p.cluster, 16) << n;
+            EXPECT_EQ(p.tpr * p.min_blocks, 512) << n << " " << p.str();
           }
           EXPECT_EQ(bulk_spec(n, x, x, center, "row=regs", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
@@ -248,6 +252,21 @@ TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
           f.store_rstd = stats;
           f.out = x == bf16 ? f32 : bf16;
           ASSERT_GT(f.plan.bulk_stages, 0) << f.plan.str();
+          expect_fwd_clean(f, "sm_90a");
+          ++kernels;
+        }
+  // The plans' own several CTAs an SM (bulk_rows_measured_ctas): RMSNorm bf16 without
+  // a residual, a weight of either 16-bit dtype, rstd stored or not, a bf16 or fp32 output.
+  for (std::int64_t n : {131072, 262144})
+    for (const DType w : {bf16, f16})
+      for (const bool stats : {false, true})
+        for (const DType out : {bf16, f32}) {
+          RmsFwdSpec f = bulk_spec(n, bf16, w, false, "");
+          f.store_rstd = stats;
+          f.out = out;
+          f.plan = plan_fwd(f, 8, 90);
+          ASSERT_GT(f.plan.bulk_stages, 0) << n << " " << f.plan.str();
+          ASSERT_GT(f.plan.min_blocks, 1) << n << " " << f.plan.str();
           expect_fwd_clean(f, "sm_90a");
           ++kernels;
         }
