@@ -72,6 +72,8 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
 //   0.901 (four such CTAs: 0.870 / 0.889, their two stages against three's four;
 //   two of 256 over 4 at N=32768: 0.882);
 //   LayerNorm with dresidual_out N=32768, two 256-thread CTAs an SM over 8: 0.893 -> 0.931;
+//   N=65536, three 128-thread CTAs an SM over 16: 0.880 -> 0.941 (one run, plan_cases/
+//   bulk-more-ctas-3.txt at bdac07b; without dresidual_out that shape lost, 0.905 -> 0.819);
 //   RMSNorm without it, slices of 8192 columns in two 256-thread CTAs an SM: N=32768
 //   (over 4) 0.888 -> 0.937, 65536 (over 8) 0.924 -> 0.930, 131072 (over 16) 0.907 ->
 //   0.931.
@@ -80,7 +82,7 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
 // LayerNorm N=65536 (0.915 -> 0.920 two 256-thread over 8, 0.904 four 128-thread
 // over 16), RMSNorm with dresidual_out N=32768-65536 (0.962 / 0.932 -> 0.929 / 0.860:
 // a stage of three tensors leaves half an SM two stages), LayerNorm with it at N=16384
-// and 65536 (the ring refused: its stages do not fit, the register rows spilled).
+// (the ring refused: its stages do not fit, the register rows spilled).
 BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
   // As measured: bf16 rows the ring takes (16-byte vectors of h and dout), the
   // measured N only.
@@ -94,6 +96,7 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
   if (in.center) {
     if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
     if (in.residual && n == 32768) return {8, 256, 2};
+    if (in.residual && n == 65536) return {16, 128, 3};
     return {};
   }
   if (!in.residual && n >= 32768 && n <= 131072) return {static_cast<int>(n / 8192), 256, 2};

@@ -288,7 +288,14 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // bf16 lost both ways (N=131072 0.860 -> 0.809 / 0.620, 262144 0.836 -> 0.629).
 BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
   if (!bulk_rows_measured(in) || in.max_vec * in.x_bytes < 16) return {};
-  if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) return {8, 0, 0};
+  if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) {
+    // Without a residual at N=65536 in two 256-thread CTAs an SM: 0.918 -> 0.935, one
+    // run (plan_cases/bulk-more-ctas-3.txt at bdac07b, docs/perf/h200-2026-12-03.md;
+    // at N=32768 0.959 -> 0.897, four 128-thread CTAs 0.914; at 131072 over 16, 0.938 ->
+    // 0.932; LayerNorm fp32 lost 3-26 % in either shape).
+    if (!in.residual && in.n == 65536) return {8, 256, 2};
+    return {8, 0, 0};
+  }
   if (in.x_bytes == 2 && !in.center && !in.residual) {
     // The measured N only: elsewhere the ring might refuse these CTAs (a slice that is
     // not whole vectors), and the register rows would take them instead.

@@ -67,6 +67,7 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
     if (center && !dro && n == 16384) return ",cta=128,minb=3,cluster=4";
     if (center && !dro && n == 32768) return ",cta=128,minb=3,cluster=8";
     if (center && dro && n == 32768) return ",cta=256,minb=2,cluster=8";
+    if (center && dro && n == 65536) return ",cta=128,minb=3,cluster=16";
     if (!center && !dro && n >= 32768 && n <= 131072) return ",cta=256,minb=2,cluster=" + std::to_string(n / 8192);
     return "";
   };
@@ -255,7 +256,8 @@ TEST_F(RmsNormKernelSweep, BackwardBulkRowsCompileWithoutSpills) {
   // The plans' own several CTAs an SM (bulk_backward_measured_ctas), under their
   // tighter register caps, with a weight of either 16-bit dtype.
   for (const auto& [n, center, dro] : {std::tuple{16384, true, false}, std::tuple{32768, true, false},
-                                       std::tuple{32768, true, true}, std::tuple{32768, false, false},
+                                       std::tuple{32768, true, true}, std::tuple{65536, true, true},
+                                       std::tuple{32768, false, false},
                                        std::tuple{65536, false, false}, std::tuple{131072, false, false}})
     for (const DType w : {bf16, f16}) {
       const RmsBwdSpec b = planned_bwd(n, bf16, w, center, dro, "");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernel_sweep_fixture.hpp"
 #include "normkit/norm/params.cuh"
@@ -65,6 +66,7 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
   // RMSNorm fp32 over 8 CTAs where that measured faster than the ring's own cluster,
   // and RMSNorm bf16 without a residual in several CTAs an SM (bulk_rows_measured_ctas).
   auto measured_ctas = [](std::int64_t n, DType x, bool center, bool residual) -> std::string {
+    if (x == f32 && !center && !residual && n == 65536) return ",cta=256,minb=2,cluster=8";
     if (x == f32 && !center && n <= (residual ? 65536 : 131072)) return ",cluster=8";
     if (x == bf16 && !center && !residual) return n == 131072 ? ",cta=128,minb=4,cluster=16" : ",cta=256,minb=2,cluster=16";
     return "";
@@ -255,16 +257,17 @@ TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
           expect_fwd_clean(f, "sm_90a");
           ++kernels;
         }
-  // The plans' own several CTAs an SM (bulk_rows_measured_ctas): RMSNorm bf16 without
-  // a residual, a weight of either 16-bit dtype, rstd stored or not, a bf16 or fp32 output.
-  for (std::int64_t n : {131072, 262144})
-    for (const DType w : {bf16, f16})
+  // The plans' own several CTAs an SM (bulk_rows_measured_ctas): RMSNorm without a
+  // residual, bf16 with a weight of either 16-bit dtype and fp32, rstd stored or not, a
+  // 16-bit or fp32 output.
+  for (const auto& [n, x] : {std::pair{131072, bf16}, std::pair{262144, bf16}, std::pair{65536, f32}})
+    for (const DType w : x == f32 ? std::vector<DType>{f32} : std::vector<DType>{bf16, f16})
       for (const bool stats : {false, true})
         for (const DType out : {bf16, f32}) {
-          RmsFwdSpec f = bulk_spec(n, bf16, w, false, "");
+          RmsFwdSpec f = bulk_spec(n, x, w, false, "");
           f.store_rstd = stats;
           f.out = out;
-          f.plan = plan_fwd(f, 8, 90);
+          f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
           ASSERT_GT(f.plan.bulk_stages, 0) << n << " " << f.plan.str();
           ASSERT_GT(f.plan.min_blocks, 1) << n << " " << f.plan.str();
           expect_fwd_clean(f, "sm_90a");

@@ -76,17 +76,22 @@ def test_forward_bulk_rows(override, op, xdt, wdt, odt, m, n):
         _check_forward(f"{override} {op}", op, x, w, b, odt)
 
 
-# The plans' own rings in several CTAs an SM (bulk_rows_measured_ctas): RMSNorm bf16
-# without a residual at N=131072 (four 128-thread CTAs an SM) and 262144 (two of 256),
-# a weight of either 16-bit dtype, rows enough that every cluster walks its ring round
-# several times and the last ones a row short.
-@pytest.mark.parametrize("wdt", [BF16, FP16], ids=["wbf16", "wfp16"])
-@pytest.mark.parametrize("m,n", [(203, 131072), (97, 262144)], ids=["N131072", "N262144"])
-def test_forward_bulk_rows_own_plan_several_ctas(wdt, m, n):
-    x = rand((m, n), BF16)
+# The plans' own rings in several CTAs an SM (bulk_rows_measured_ctas), RMSNorm without
+# a residual: bf16 at N=131072 (four 128-thread CTAs an SM) and 262144 (two of 256), a
+# weight of either 16-bit dtype; fp32 at N=65536 (two of 256); rows enough that every
+# cluster walks its ring round several times and the last ones a row short.
+@pytest.mark.parametrize("xdt,wdt,m,n", [
+    pytest.param(BF16, BF16, 203, 131072, id="bf16-N131072"),
+    pytest.param(BF16, FP16, 203, 131072, id="bf16-wfp16-N131072"),
+    pytest.param(BF16, BF16, 97, 262144, id="bf16-N262144"),
+    pytest.param(BF16, FP16, 97, 262144, id="bf16-wfp16-N262144"),
+    pytest.param(FP32, FP32, 301, 65536, id="fp32-N65536"),
+])
+def test_forward_bulk_rows_own_plan_several_ctas(xdt, wdt, m, n):
+    x = rand((m, n), xdt)
     w = rand((n,), wdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", ""):
-        _check_forward("own plan", "rmsnorm", x, w, None, BF16)
+        _check_forward("own plan", "rmsnorm", x, w, None, xdt)
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
