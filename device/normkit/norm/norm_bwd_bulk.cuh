@@ -212,16 +212,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   unsigned cta_sums = 0;
   int s = 0;           // the stage of this CTA's i-th group: i % STAGES
   unsigned phase = 0;  // (i / STAGES) % 2, the parity of that stage's use
-  for (long long g = part; g < groups; g += parts) {
-    // A group past the head's last row leaves its threads idle but at every barrier.
-    const long long j = g * ROWS + sub;
-    const bool active = ROWS == 1 || j < rows_per_head;
-    const long long r = head + heads * (active ? j : g * ROWS);
-    const float rstd = rstd_next, mean = mean_next;
-    stats_of(g + parts, rstd_next, mean_next);
-    const Row row = Row::make(p, r, head_offset, rstd, mean);
-    mbarrier_wait(&stage_full[s], phase);
-    // Pass 1: the row's sums, and the columns' dw/db.
+  constexpr int WIDTH = Cfg::TPR < 32 ? Cfg::TPR : 32;
+  // Pass 1 over a row in stage s: the columns' dw/db, and the row's sums (of g * xhat,
+  // LayerNorm's of g) over the thread's group of lanes.
+  auto pass1 = [&](const Row& row, int s, bool active, float (&sums)[K]) {
     DotAccumulator<CENTER> dot;
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
@@ -234,16 +228,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
         if constexpr (DBIAS) db_acc[k][i] += d[i];
       }
     });
-    float sums[K];
     sums[0] = dot.gx;
     if constexpr (CENTER) sums[K - 1] = dot.g;
-    constexpr int WIDTH = Cfg::TPR < 32 ? Cfg::TPR : 32;
 #pragma unroll
     for (int q = 0; q < K; ++q) sums[q] = group_sum<WIDTH>(sums[q]);
-    if constexpr (Cfg::TPR > 32) warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+  };
+  // Over a cluster: this CTA's sums of a row (after the warps' CTA barrier) pushed to
+  // every CTA of it; then, once every CTA's have arrived, the row's sums.
+  auto push_cta_sums = [&](float (&sums)[K]) {
     if constexpr (CLUSTER > 1) {
+      warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
       if (step == 0) row_sums_walk_ready<CLUSTER>();
       cluster_push_partials(sums, 0, t.lane, cluster_pushes, step);
+    }
+  };
+  auto await_cluster_sums = [&](float (&sums)[K]) {
+    if constexpr (CLUSTER > 1) {
       cluster_await_partials(cluster_pushes, step);
       const float (&pushed)[CLUSTER][K] = cluster_pushes.pushed[step++ & 1u][0];
 #pragma unroll
@@ -253,10 +253,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
         for (int c = 0; c < CLUSTER; ++c) sums[q] += pushed[c][q];
       }
     }
+  };
+  auto means_of = [](const float (&sums)[K]) {
     RowDots means;
     means.gx_mean = sums[0] / static_cast<float>(Cfg::N);
     means.g_mean = CENTER ? sums[K - 1] / static_cast<float>(Cfg::N) : 0.f;
-    // Pass 2: dx (and dresidual) from the stage again.
+    return means;
+  };
+  // Pass 2: dx (and dresidual) of a row in stage s, from the stage again.
+  auto pass2 = [&](const Row& row, int s, bool active, const RowDots& means) {
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
@@ -265,11 +270,81 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
                       reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                    t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
     });
-    __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
-    if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
-    if (++s == STAGES) {
-      s = 0;
-      phase ^= 1u;
+  };
+  // Rows over a cluster with a ring of three stages or more overlap one row's cluster
+  // exchange with the next row's pass 1: pass 1 of row i + 1, then the wait for row i's
+  // sums (whose pushes are in flight), pass 2 of row i, and the CTA barrier of row i + 1's
+  // warp sums, which also frees row i's stage. One CTA barrier a row instead of two, and
+  // no idle wait on the other CTAs' pushes while a row's next stage is in. The cost: the
+  // ring holds two rows while it computes, so a refilled stage is waited for one row
+  // later rather than two (with two stages, at once: those keep the plain order).
+  constexpr bool OVERLAP_EXCHANGE = CLUSTER > 1 && ROWS == 1 && STAGES >= 3;
+  if constexpr (OVERLAP_EXCHANGE) {
+    auto row_of = [&](long long g, float rstd, float mean) {
+      return Row::make(p, head + heads * g, head_offset, rstd, mean);
+    };
+    long long g = part;
+    float rstd = rstd_next, mean = mean_next;  // of group g
+    if (g < groups) {
+      stats_of(g + parts, rstd_next, mean_next);
+      mbarrier_wait(&stage_full[s], phase);
+      float sums[K];
+      pass1(row_of(g, rstd, mean), s, true, sums);
+      push_cta_sums(sums);
+    }
+    for (; g < groups; g += parts) {
+      const long long next = g + parts;  // the same in every CTA of the cluster
+      const int s_next = s + 1 == STAGES ? 0 : s + 1;
+      const unsigned phase_next = s + 1 == STAGES ? phase ^ 1u : phase;
+      const float rstd_n = rstd_next, mean_n = mean_next;
+      float sums_next[K];
+      if (next < groups) {
+        stats_of(next + parts, rstd_next, mean_next);
+        mbarrier_wait(&stage_full[s_next], phase_next);
+        pass1(row_of(next, rstd_n, mean_n), s_next, true, sums_next);
+      }
+      float sums[K];
+      await_cluster_sums(sums);
+      pass2(row_of(g, rstd, mean), s, true, means_of(sums));
+      // The CTA barrier after every thread's reads of stage s: the next row's warp sums',
+      // or, after the last row, one of its own.
+      if (next < groups) {
+        warp_partials_sum(sums_next, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+      } else {
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
+      if (next < groups) cluster_push_partials(sums_next, 0, t.lane, cluster_pushes, step);
+      s = s_next;
+      phase = phase_next;
+      rstd = rstd_n;
+      mean = mean_n;
+    }
+  } else {
+    for (long long g = part; g < groups; g += parts) {
+      // A group past the head's last row leaves its threads idle but at every barrier.
+      const long long j = g * ROWS + sub;
+      const bool active = ROWS == 1 || j < rows_per_head;
+      const long long r = head + heads * (active ? j : g * ROWS);
+      const float rstd = rstd_next, mean = mean_next;
+      stats_of(g + parts, rstd_next, mean_next);
+      const Row row = Row::make(p, r, head_offset, rstd, mean);
+      mbarrier_wait(&stage_full[s], phase);
+      float sums[K];
+      pass1(row, s, active, sums);
+      if constexpr (CLUSTER > 1) {
+        push_cta_sums(sums);
+        await_cluster_sums(sums);
+      } else if constexpr (Cfg::TPR > 32) {
+        warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+      }
+      pass2(row, s, active, means_of(sums));
+      __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
+      if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
+      if (++s == STAGES) {
+        s = 0;
+        phase ^= 1u;
+      }
     }
   }
   // The ring is idle now (every group copied was waited for, and read before the last
