@@ -10,7 +10,9 @@
 // cp.async.bulk each into a stage; the registers hold only the dw/db sums (ITEMS *
 // VEC each), and the ring keeps STAGES - 1 rows loading while the CTA finishes one.
 // Both passes read the row from its stage (shared memory has the bandwidth), so a
-// stage is freed only after the second, at a CTA barrier that ends the row. The
+// stage is freed only after the second, at a CTA barrier that ends the row (over a
+// cluster, the next row's pass 1 runs while the row's sums cross the cluster, and
+// that row's warp-sum barrier is the one that frees the stage: OVERLAP_EXCHANGE). The
 // weight's slice (the CTA's head's) is copied once per CTA (W_SMEM, where it is a
 // whole number of 16-byte chunks and 16-byte aligned; else read from global memory
 // per row, as the register kernels do). rstd and LayerNorm's mean of the next row
@@ -278,7 +280,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   // no idle wait on the other CTAs' pushes while a row's next stage is in. The cost: the
   // ring holds two rows while it computes, so a refilled stage is waited for one row
   // later rather than two (with two stages, at once: those keep the plain order).
-  constexpr bool OVERLAP_EXCHANGE = CLUSTER > 1 && ROWS == 1 && STAGES >= 3;
+  // H200, ratio to copy, same-call A/B 48ee5e0 -> 48e2511, two runs each
+  // (docs/perf/h200-2026-12-03.md section 4): LayerNorm bf16 N=32768 0.897 -> 0.930,
+  // 131072 0.909 -> 0.915, 262144 0.816 -> 0.869; LayerNorm fp32 N=131072 0.942 -> 0.966;
+  // RMSNorm fp32 N=131072 0.963 -> 0.976; RMSNorm bf16 N=131072-262144 level. Every ring
+  // it ran on reads through SHARED_READS, so only those take it (the pointer reads' rings,
+  // RMSNorm over 2-8 CTAs, were not run with it).
+  constexpr bool OVERLAP_EXCHANGE = CLUSTER > 1 && ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
   if constexpr (OVERLAP_EXCHANGE) {
     auto row_of = [&](long long g, float rstd, float mean) {
       return Row::make(p, head + heads * g, head_offset, rstd, mean);
