@@ -235,11 +235,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 #pragma unroll
     for (int q = 0; q < K; ++q) sums[q] = group_sum<WIDTH>(sums[q]);
   };
-  // Over a cluster: this CTA's sums of a row (after the warps' CTA barrier) pushed to
-  // every CTA of it; then, once every CTA's have arrived, the row's sums.
+  // The warps' sums of a row added over the CTA (a CTA barrier), in alternating slots.
+  auto cta_row_sums = [&](float (&sums)[K]) {
+    warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+  };
+  // Over a cluster: this CTA's sums of a row pushed to every CTA of it; then, once
+  // every CTA's have arrived, the row's sums.
   auto push_cta_sums = [&](float (&sums)[K]) {
     if constexpr (CLUSTER > 1) {
-      warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+      cta_row_sums(sums);
       if (step == 0) row_sums_walk_ready<CLUSTER>();
       cluster_push_partials(sums, 0, t.lane, cluster_pushes, step);
     }
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       // The CTA barrier after every thread's reads of stage s: the next row's warp sums',
       // or, after the last row, one of its own.
       if (next < groups) {
-        warp_partials_sum(sums_next, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+        cta_row_sums(sums_next);
       } else {
         __syncthreads();
       }
@@ -344,7 +348,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
         push_cta_sums(sums);
         await_cluster_sums(sums);
       } else if constexpr (Cfg::TPR > 32) {
-        warp_partials_sum(sums, sub, t.lane, cta_storage, static_cast<int>(cta_sums++ & 1u));
+        cta_row_sums(sums);
       }
       pass2(row, s, active, means_of(sums));
       __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
