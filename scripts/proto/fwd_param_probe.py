@@ -6,7 +6,10 @@ copy of the same bytes (x read, out written) timed in the same process.
 
     python3 scripts/proto/fwd_param_probe.py [--cases FILE] [--reps 30] [--json OUT]
 
-A case is `op bias N dtype plan` (plan `-` for the plan's own), one a line. Each case:
+A case is `op params N dtype plan [NAME=VALUE ...]`, one a line: params `bias` or
+`nobias`, `+res` appended for a residual (prenorm: residual_out written too, and the
+copy moves both tensors); plan `-` for the plan's own; NAME=VALUE sets a NORMKIT_
+switch for the case (e.g. NORMKIT_NVRTC_FLAGS=-DX=1), unset after it. Each case:
 three input sets rotated (M*N = 2^27 each, nothing served from L2), the first call
 checked against an fp32 reference (max abs error printed), then the median of --reps
 calls by CUDA events. A diagnostic, not a test: needs a CUDA device.
@@ -55,27 +58,48 @@ def reference(op, x, w, b, eps):
     return y + b.float() if b is not None else y
 
 
-def run_case(op, bias, n, dtype, plan, reps):
+def run_case(op, params, n, dtype, plan, env, reps):
     os.environ["NORMKIT_FORWARD_PLAN"] = "" if plan == "-" else plan
+    for k, v in env.items():
+        os.environ[k] = v
     normkit._C.reload_config()
+    try:
+        return _run_case(op, params, n, dtype, plan, reps)
+    finally:
+        for k in env:
+            del os.environ[k]
+
+
+def _run_case(op, params, n, dtype, plan, reps):
+    bias = params.split("+")[0]
+    res = params.endswith("+res")
     dt = DTYPES[dtype]
     m = (1 << 27) // n
     gen = torch.Generator(device="cuda").manual_seed(n)
     sets = []
     for _ in range(3):
         x = torch.randn(m, n, device="cuda", dtype=dt, generator=gen)
-        sets.append((x, torch.empty_like(x)))
+        r = torch.randn(m, n, device="cuda", dtype=dt, generator=gen) if res else None
+        sets.append((x, torch.empty_like(x), r, torch.empty_like(x) if res else None))
     w = (torch.rand(n, device="cuda", generator=gen) + 0.5).to(dt)
     b = torch.randn(n, device="cuda", dtype=dt, generator=gen) if bias == "bias" else None
     fn = nkt.layernorm if op == "layernorm" else nkt.rmsnorm
     with torch.no_grad():
-        x0 = sets[0][0]
-        err = (fn(x0[:64], w, b, eps=1e-5).float() - reference(op, x0[:64], w, b, 1e-5)).abs().max().item()
-        ours = median_us(lambda x, _o: fn(x, w, b, eps=1e-5), sets, reps)
-        copy = median_us(lambda x, o: o.copy_(x), sets, reps)
+        x0, r0 = sets[0][0][:64], (sets[0][2][:64] if res else None)
+        got = fn(x0, w, b, r0, eps=1e-5, prenorm=res)
+        got = got[0] if res else got
+        err = (got.float() - reference(op, x0.float() + (r0.float() if res else 0), w, b, 1e-5)).abs().max().item()
+
+        def copy(x, o, r, o2):
+            o.copy_(x)
+            if r is not None:
+                o2.copy_(r)
+
+        ours = median_us(lambda x, _o, r, _o2: fn(x, w, b, r, eps=1e-5, prenorm=res), sets, reps)
+        copy = median_us(copy, sets, reps)
     del sets
     torch.cuda.empty_cache()
-    return {"op": op, "bias": bias, "n": n, "dtype": dtype, "plan": plan, "us": ours, "copy_us": copy,
+    return {"op": op, "params": params, "n": n, "dtype": dtype, "plan": plan, "us": ours, "copy_us": copy,
             "ratio_to_copy": copy / ours, "max_abs_err": err}
 
 
@@ -91,14 +115,17 @@ def main():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        op, bias, n, dtype, plan = line.split()
+        op, params, n, dtype, plan, *env = line.split()
+        env = dict(kv.split("=", 1) for kv in env)
+        label = " ".join([plan] + [f"{k}={v}" for k, v in sorted(env.items())])
         try:
-            row = run_case(op, bias, int(n), dtype, plan, a.reps)
+            row = run_case(op, params, int(n), dtype, plan, env, a.reps)
+            row["env"] = env
         except Exception as e:  # one failing plan must not end the call
-            row = {"op": op, "bias": bias, "n": int(n), "dtype": dtype, "plan": plan, "error": f"{type(e).__name__}: {e}"}
-            print(f"{op:9} {bias:6} N={n:>6} {dtype} {plan:40} FAILED {row['error'][:200]}", flush=True)
+            row = {"op": op, "params": params, "env": env, "n": int(n), "dtype": dtype, "plan": plan, "error": f"{type(e).__name__}: {e}"}
+            print(f"{op:9} {params:10} N={n:>6} {dtype} {label:60} FAILED {row['error'][:200]}", flush=True)
         else:
-            print(f"{op:9} {bias:6} N={n:>6} {dtype} {plan:40} {row['us']:8.1f} us  copy {row['copy_us']:8.1f} us  "
+            print(f"{op:9} {params:10} N={n:>6} {dtype} {label:60} {row['us']:8.1f} us  copy {row['copy_us']:8.1f} us  "
                   f"ratio {row['ratio_to_copy']:.3f}  err {row['max_abs_err']:.3g}", flush=True)
         rows.append(row)
     if a.json:

@@ -104,16 +104,34 @@ def test_forward_bulk_rows_per_head_weights(op):
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
-def test_forward_bulk_rows_weight_not_16_byte_aligned(op):
+@pytest.mark.parametrize("n", [65536, 20000])
+def test_forward_bulk_rows_weight_not_16_byte_aligned(op, n):
     # fp32 rows take 4-element vectors, so a bf16 weight needs 8-byte alignment only:
     # a view 4 elements into its storage keeps the plan but not the shared-memory slice.
-    n = 65536
+    # N=20000: slices that leave threads without a last vector, whose parameters the
+    # epilogue loads ahead of the stores only where the thread owns the vector.
     x = rand((120, n), FP32)
     w = rand((n + 8,), BF16)[4:n + 4]
     b = rand((n + 8,), BF16)[4:n + 4] if op == "layernorm" else None
     assert w.data_ptr() % 16 == 8
     with plan_switch("NORMKIT_FORWARD_PLAN", "row=bulk"):
         _check_forward(f"8-byte weight {op}", op, x, w, b, FP32)
+
+
+# Rings whose weight and bias slices do not fit beside their stages, so the epilogue
+# reads them from global memory, items ahead of its stores (RingParams::for_each_item):
+# bf16 rows with a bias in four 128-thread CTAs an SM over 16 (N=131072) and two of 256
+# over 16 (N=262144); rows enough that every cluster walks its ring round several times.
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,m,n", [
+    pytest.param("row=bulk,cta=128,minb=4,cluster=16", 203, 131072, id="m4c16-N131072"),
+    pytest.param("row=bulk,cta=256,minb=2,cluster=16", 97, 262144, id="m2c16-N262144"),
+])
+def test_forward_bulk_rows_params_from_global_several_ctas(op, override, m, n):
+    x = rand((m, n), BF16)
+    w, b = rand((n,), BF16), rand((n,), BF16)
+    with plan_switch("NORMKIT_FORWARD_PLAN", override):
+        _check_forward(f"{override} {op} with a bias", op, x, w, b, BF16)
 
 
 # Rows of mean 1000 under row=bulk: test_layernorm_gpu.py's test_variance_is_stable_far_from_zero.

@@ -248,16 +248,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
     O* const out = row_ptr_mut<O>(p.out, p.shape, r);
     const auto affine = OutputAffine<CENTER, O>::make(mean, rstd);
     const long long head_offset = params_cached ? 0 : (r % p.shape.heads) * Cfg::N;
-    for_each_item<Cfg>([&](int k) {
-      if (!t.owns_folded(k)) return;
-      const int col = t.column(k);
-      float w[VEC], b[VEC];
-      params.get(p, weight_offset_of<CENTER>(p), t.slice_vector(k) * VEC, head_offset, col, w, b);
-      float v[VEC];
+    params.template for_each_item<Cfg::ITEMS, ring_params_ahead_bytes<Cfg::THREADS, Cfg::MIN_BLOCKS>()>(
+        p, weight_offset_of<CENTER>(p), head_offset, [&](int k) { return t.owns_folded(k); },
+        [&](int k) { return t.slice_vector(k) * VEC; }, [&](int k) { return t.column(k); },
+        [&](int k, const float (&w)[VEC], const float (&b)[VEC]) {
+          float v[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[i] = affine(h(k, i, false), w[i], b[i]);
-      store_vec<VEC>(out + col, v);
-    });
+          for (int i = 0; i < VEC; ++i) v[i] = affine(h(k, i, false), w[i], b[i]);
+          store_vec<VEC>(out + t.column(k), v);
+        });
     if (++s == STAGES) {
       s = 0;
       phase ^= 1u;

@@ -310,17 +310,17 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       // remainder per row and thread is not free (a division routine).
       const long long head_offset =
           (params_cached || p.shape.heads == 1 ? 0 : (r % p.shape.heads) * Cfg::N) + slice_begin;
+      auto at = [&](int k) { return (k * TPR + static_cast<int>(threadIdx.x)) * VEC; };
+      params.template for_each_item<Cfg::ITEMS, ring_params_ahead_bytes<Cfg::TPR, Cfg::MIN_BLOCKS>()>(
+          p, weight_offset_of<CENTER>(p), head_offset, [](int) { return true; }, at, at,
+          [&](int k, const float (&w)[VEC], const float (&b)[VEC]) {
+            float h[VEC];
+            load_h(xs, rs, k, h);
+            float v[VEC];
 #pragma unroll
-      for (int k = 0; k < Cfg::ITEMS; ++k) {
-        const int at = (k * TPR + static_cast<int>(threadIdx.x)) * VEC;
-        float h[VEC], w[VEC], b[VEC];
-        load_h(xs, rs, k, h);
-        params.get(p, weight_offset_of<CENTER>(p), at, head_offset, at, w, b);
-        float v[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) v[i] = affine(h[i], w[i], b[i]);
-        store_vec_at<VEC>(out, at / VEC, v);
-      }
+            for (int i = 0; i < VEC; ++i) v[i] = affine(h[i], w[i], b[i]);
+            store_vec_at<VEC>(out, at(k) / VEC, v);
+          });
       __syncthreads();  // every thread's reads of stage s (and of row_stats) done
       if (threadIdx.x == 0) {
         fence_async_shared();  // the stage's generic-proxy reads before the async copy's writes

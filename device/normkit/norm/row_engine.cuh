@@ -272,6 +272,18 @@ __device__ __forceinline__ void copy_row_slices(unsigned char* dst, const NormFw
 // the stages (one bulk copy each; `L`'s weight_bytes and params_bytes) where the layout
 // has room for them, there is one head and both are 16-byte aligned, as the bulk copy
 // needs; otherwise read from global memory for each vector (load_param).
+// RingParams::for_each_item's AHEAD_BYTES for a CTA of THREADS threads, MIN_BLOCKS an
+// SM: 128 bytes (NK_RING_PARAMS_AHEAD_BYTES, a build switch for measuring) where a
+// thread has more than 64 registers; none under that cap (1024-thread rings: ptxas
+// sm_90a spilled 56-172 bytes with 128, N=200000).
+#ifndef NK_RING_PARAMS_AHEAD_BYTES
+#define NK_RING_PARAMS_AHEAD_BYTES 128
+#endif
+template <int THREADS, int MIN_BLOCKS>
+constexpr int ring_params_ahead_bytes() {
+  return 65536 / (THREADS * (MIN_BLOCKS > 0 ? MIN_BLOCKS : 1)) > 64 ? NK_RING_PARAMS_AHEAD_BYTES : 0;
+}
+
 template <int VEC, class W, class B>
 struct RingParams {
   bool cached;
@@ -294,16 +306,74 @@ struct RingParams {
     if constexpr (!is_none<B>)
       bulk_load(const_cast<B*>(b), static_cast<const B*>(p.bias) + slice_begin, L.params_bytes - L.weight_bytes, full);
   }
-  // w (+ w_offset: weight_offset_of) and b of the vector at element `at` of the slice,
-  // or (not cached) at element head_offset + col of the parameters; 1 and 0 where absent.
-  __device__ void get(const NormFwdParams& p, float w_offset, int at, long long head_offset, int col,
-                      float (&wv)[VEC], float (&bv)[VEC]) const {
+  // The epilogue's walk over a thread's ITEMS vectors: body(k, w, b) with w (+ w_offset:
+  // weight_offset_of) and b of item k, 1 and 0 where absent, for each k that owns(k).
+  // at(k) is the item's element in the slice (the shared-memory copies), col(k) in the
+  // row (global memory, from element head_offset of the parameters).
+  // Not cached, items k + 1 .. k + AHEAD's vectors are loaded before body(k) stores
+  // item k's output: the loads may alias the stores, so no compiler hoists a load above
+  // a store, and loaded after it each item waited an L2 round trip (the SASS: LDG w,
+  // LDG b, STG, LDG w, ...). Those are the rings whose slices of weight and bias do not
+  // fit beside their stages: several CTAs an SM over a cluster of 16, LayerNorm with
+  // its bias. H200, bf16, ratio to copy with each item loaded after the store before it
+  // (scripts/proto/fwd_param_probe.py, 2026-12-03): LayerNorm N=131072 in four
+  // 128-thread CTAs an SM 0.659 (0.915 without a bias), N=262144 in two of 256 0.642
+  // (0.910 without). AHEAD_BYTES of parameters a thread in flight (128: 32 registers;
+  // one item ahead only took the store's latency out of each round trip); 0: each item's
+  // loaded at its use.
+  template <int ITEMS, int AHEAD_BYTES, class Owns, class At, class Col, class Body>
+  __device__ void for_each_item(const NormFwdParams& p, float w_offset, long long head_offset, Owns&& owns, At&& at,
+                                Col&& col, Body&& body) const {
     if (cached) {
-      load_param<VEC, W>(w, 0, at, w_offset, 1.f, wv);
-      load_param<VEC, B>(b, 0, at, kNoOffset, 0.f, bv);
-    } else {
-      load_param<VEC, W>(p.weight, head_offset, col, w_offset, 1.f, wv);
-      load_param<VEC, B>(p.bias, head_offset, col, kNoOffset, 0.f, bv);
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        if (!owns(k)) continue;
+        float wv[VEC], bv[VEC];
+        load_param<VEC, W>(w, 0, at(k), w_offset, 1.f, wv);
+        load_param<VEC, B>(b, 0, at(k), kNoOffset, 0.f, bv);
+        body(k, wv, bv);
+      }
+      return;
+    }
+    using WP = Packed<typename or_type<W, float>::type, VEC>;
+    using BP = Packed<typename or_type<B, float>::type, VEC>;
+    auto load = [&](int k, WP& wp, BP& bp) {
+      if constexpr (!is_none<W>) wp = load_packed<VEC>(static_cast<const W*>(p.weight) + head_offset + col(k));
+      if constexpr (!is_none<B>) bp = load_packed<VEC>(static_cast<const B*>(p.bias) + head_offset + col(k));
+    };
+    constexpr int ITEM_BYTES = static_cast<int>(sizeof(WP) * !is_none<W> + sizeof(BP) * !is_none<B>);
+    if constexpr (AHEAD_BYTES == 0 || ITEM_BYTES == 0) {
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        if (!owns(k)) continue;
+        float wv[VEC], bv[VEC];
+        load_param<VEC, W>(p.weight, head_offset, col(k), w_offset, 1.f, wv);
+        load_param<VEC, B>(p.bias, head_offset, col(k), kNoOffset, 0.f, bv);
+        body(k, wv, bv);
+      }
+      return;
+    }
+    constexpr int IN_FLIGHT = ITEM_BYTES == 0 ? 1 : AHEAD_BYTES / ITEM_BYTES;
+    constexpr int AHEAD = IN_FLIGHT < 1 ? 1 : IN_FLIGHT < ITEMS ? IN_FLIGHT : ITEMS;
+    WP wq[AHEAD];
+    BP bq[AHEAD];
+#pragma unroll
+    for (int k = 0; k < AHEAD; ++k) {
+      if (owns(k)) load(k, wq[k], bq[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      if (!owns(k)) continue;
+      const WP w_this = wq[k % AHEAD];
+      const BP b_this = bq[k % AHEAD];
+      if (k + AHEAD < ITEMS && owns(k + AHEAD)) load(k + AHEAD, wq[k % AHEAD], bq[k % AHEAD]);
+      float wv[VEC], bv[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        wv[i] = is_none<W> ? 1.f : to_float(w_this.v[i]) + w_offset;
+        bv[i] = is_none<B> ? 0.f : to_float(b_this.v[i]);
+      }
+      body(k, wv, bv);
     }
   }
 };
