@@ -286,6 +286,15 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // register rows -> the ring: N=131072 0.908 -> 0.927 (four 128-thread CTAs an SM;
 // two of 256: 0.915), 262144 0.885 -> 0.925 (two 256-thread CTAs an SM). LayerNorm
 // bf16 lost both ways (N=131072 0.860 -> 0.809 / 0.620, 262144 0.836 -> 0.629).
+// Those LayerNorm rings lost to the bias (the bench's LayerNorm has one), not to the
+// centring: without it they ran at 0.94 / 0.92 / 0.91 (scripts/proto/fwd_param_probe.py,
+// docs/perf/h200-2026-12-03c.md). With it, four 128-thread CTAs an SM, or two of 256 at
+// N=262144, leave no room for the weight and bias slices beside two stages, so the
+// epilogue read them from global memory (0.66-0.75 with them loaded ahead of the stores),
+// and two of 256 at N=131072 read them from shared memory in one loop with the global
+// path (0.806; 0.895 apart). Three 128-thread CTAs an SM over 16 hold them with two
+// stages: LayerNorm bf16 with a bias, no residual, N=131072 0.886 (own plan, the
+// register rows) -> 0.929 (0.906 before the loops were apart), one run each.
 BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
   if (!bulk_rows_measured(in) || in.max_vec * in.x_bytes < 16) return {};
   if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) {
@@ -296,6 +305,7 @@ BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
     if (!in.residual && in.n == 65536) return {8, 256, 2};
     return {8, 0, 0};
   }
+  if (in.x_bytes == 2 && in.center && !in.residual && in.n == 131072) return {16, 128, 3};
   if (in.x_bytes == 2 && !in.center && !in.residual) {
     // The measured N only: elsewhere the ring might refuse these CTAs (a slice that is
     // not whole vectors), and the register rows would take them instead.
@@ -317,7 +327,8 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }
   if (in.x_bytes != 2 || in.x_fp16) return false;  // bf16 measured
-  return in.residual ? in.n > 131072 : !in.center && (in.n == 131072 || in.n == 262144);
+  if (in.residual) return in.n > 131072;
+  return in.center ? in.n == 131072 : in.n == 131072 || in.n == 262144;
 }
 
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {

@@ -65,7 +65,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       NK_CHECK(pow2 && v >= 2 && v <= 16, variable, ": cluster='", value, "' is not a power of two from 2 to 16");
       o.cluster = static_cast<int>(v);
     } else if (key == "stages") {
-      NK_CHECK(v >= 2 && v <= 8, variable, ": stages='", value, "' is not from 2 to 8");
+      // One stage: the forward's ring only (the backward's reads its stage in both passes).
+      NK_CHECK(v >= (backward ? 2 : 1) && v <= 8, variable, ": stages='", value, "' is not from ", backward ? 2 : 1,
+               " to 8");
       o.bulk_stages = static_cast<int>(v);
     } else if (key == "sums" && backward) {
       NK_CHECK(value == "smem" || value == "regs", variable, ": sums='", value, "' is not smem or regs");

@@ -49,7 +49,10 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
   EXPECT_EQ(shaped.bulk_stages, 3);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "cluster=8"), normkit::Error);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "stages=3"), normkit::Error);
-  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=1"), normkit::Error);
+  // One stage: the forward's ring only.
+  EXPECT_EQ(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=1").bulk_stages, 1);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,stages=1"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=0"), normkit::Error);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=bulk,stages=9"), normkit::Error);
   EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "stages=3"), normkit::Error);
 }
@@ -59,13 +62,14 @@ TEST(RmsNormPlan, BulkRowsOverrideParses) {
 TEST(RmsNormPlan, BulkRowsWhereMeasured) {
   auto measured = [](std::int64_t n, DType x, bool center, bool residual) {
     if (n < 32768 || n > 262144) return false;
-    if (x == bf16) return residual ? n == 262144 : !center && (n == 131072 || n == 262144);
+    if (x == bf16) return residual ? n == 262144 : n == 131072 || (!center && n == 262144);
     if (center) return n <= 131072;
     return residual ? n >= 32768 && n <= 131072 : n >= 65536;
   };
   // RMSNorm fp32 over 8 CTAs where that measured faster than the ring's own cluster,
-  // and RMSNorm bf16 without a residual in several CTAs an SM (bulk_rows_measured_ctas).
+  // and bf16 without a residual in several CTAs an SM (bulk_rows_measured_ctas).
   auto measured_ctas = [](std::int64_t n, DType x, bool center, bool residual) -> std::string {
+    if (x == bf16 && center && !residual) return ",cta=128,minb=3,cluster=16";
     if (x == f32 && !center && !residual && n == 65536) return ",cta=256,minb=2,cluster=8";
     if (x == f32 && !center && n <= (residual ? 65536 : 131072)) return ",cluster=8";
     if (x == bf16 && !center && !residual) return n == 131072 ? ",cta=128,minb=4,cluster=16" : ",cta=256,minb=2,cluster=16";
@@ -86,22 +90,30 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
           // calls of few rows.
           const std::string asked = "row=bulk" + measured_ctas(n, x, center, residual);
           EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, asked.c_str(), 90, r).plan.str()) << n;
-          if (x == f32 && !measured_ctas(n, x, center, residual).empty()) EXPECT_EQ(p.cluster, 8) << n;
+          if (x == f32 && !measured_ctas(n, x, center, residual).empty()) {
+            EXPECT_EQ(p.cluster, 8) << n;
+          }
           if (x == bf16 && !residual) {
             EXPECT_EQ(p.cluster, 16) << n;
-            EXPECT_EQ(p.tpr * p.min_blocks, 512) << n << " " << p.str();
+            EXPECT_EQ(p.tpr * p.min_blocks, center ? 384 : 512) << n << " " << p.str();
+            // LayerNorm's weight and bias slices stay in shared memory beside two stages.
+            if (center) {
+              EXPECT_TRUE(p.params_smem && p.bulk_stages >= 2) << p.str();
+            }
           }
           EXPECT_EQ(bulk_spec(n, x, x, center, "row=regs", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "cta=512", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x == bf16 ? f32 : bf16, center, "", 90, r).plan.bulk_stages, 0) << n;
-          if (x == bf16)  // fp16 not measured
+          if (x == bf16) {  // fp16 not measured
             EXPECT_EQ(bulk_spec(n, f16, f16, center, "", 90, residual ? std::optional<DType>(f16) : std::nullopt)
                           .plan.bulk_stages,
                       0)
                 << n;
-          if (residual)
+          }
+          if (residual) {
             EXPECT_EQ(bulk_spec(n, x, x, center, "", 90, x == bf16 ? f32 : bf16).plan.bulk_stages, 0) << n;
+          }
           RmsFwdSpec few = norm_fwd_spec(n, x, x, center, r, true);
           few.few_rows = true;
           EXPECT_EQ(plan_fwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
@@ -259,12 +271,13 @@ TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
         }
   // The plans' own several CTAs an SM (bulk_rows_measured_ctas): RMSNorm without a
   // residual, bf16 with a weight of either 16-bit dtype and fp32, rstd stored or not, a
-  // 16-bit or fp32 output.
-  for (const auto& [n, x] : {std::pair{131072, bf16}, std::pair{262144, bf16}, std::pair{65536, f32}})
+  // 16-bit or fp32 output; LayerNorm bf16 with its bias at N=131072 (three CTAs an SM).
+  for (const auto& [n, x, center] : {std::tuple{131072, bf16, false}, std::tuple{262144, bf16, false},
+                                     std::tuple{65536, f32, false}, std::tuple{131072, bf16, true}})
     for (const DType w : x == f32 ? std::vector<DType>{f32} : std::vector<DType>{bf16, f16})
       for (const bool stats : {false, true})
         for (const DType out : {bf16, f32}) {
-          RmsFwdSpec f = bulk_spec(n, x, w, false, "");
+          RmsFwdSpec f = bulk_spec(n, x, w, center, "");
           f.store_rstd = stats;
           f.out = out;
           f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
@@ -295,7 +308,7 @@ TEST_F(RmsNormKernelSweep, BulkRowsForwardCompilesWithoutSpills) {
         expect_fwd_clean(f, "sm_100a");
         ++kernels;
       }
-  EXPECT_GE(kernels, 88);
+  EXPECT_GE(kernels, 96);
 }
 
 // The shapes tests/python/test_forward_bulk_rows_gpu.py runs under each of its

@@ -71,9 +71,9 @@ TEST(RmsNormPlan, LongSixteenBitForwardRowsTakeSixtyFourElementsAThread) {
           // With a weight of x's dtype, N=32769-131072 take the measured shapes of
           // test_forward_long_rows.cpp (RMSNorm) and N=65537-131072 (LayerNorm).
           if (w == x && n > (center ? 65536 : 32768) && n <= 131072) continue;
-          // RMSNorm bf16 N=131072-262144 with a 16-bit weight: the bulk ring
-          // (test_forward_bulk_rows.cpp).
-          if (x == bf16 && w != f32 && !center && n >= 131072) continue;
+          // RMSNorm bf16 N=131072-262144 and LayerNorm bf16 N=131072 with 16-bit
+          // parameters: the bulk ring (test_forward_bulk_rows.cpp).
+          if (x == bf16 && w != f32 && (center ? n == 131072 : n >= 131072)) continue;
           const RowPlan p = fwd(n, x, w, center);
           const std::int64_t threads = n / 64;  // 8-element vectors, 8 a thread
           EXPECT_EQ(p.cluster, n == 40000 ? 2 : std::max<std::int64_t>(1, threads / 512)) << n << " " << p.str();

@@ -3,7 +3,7 @@ the residual) arrive by cp.async.bulk in a ring of shared-memory stages
 (norm_fwd_bulk_kernel, RowPlan::bulk_stages) compute what the float64 reference does,
 with the tolerances of the planned kernels, outputs poisoned first: RMSNorm and
 LayerNorm, over clusters of 1 to 16 CTAs, slices that leave threads without a last
-vector (fp32 N=20000), several stage counts (one or two CTAs per SM), enough rows that
+vector (fp32 N=20000), several stage counts (one or two CTAs per SM; one stage), enough rows that
 every CTA walks its ring round several times; weights of x's dtype, of another, and
 none; per-head and 8-byte-aligned weights (read from global memory, not the shared
 slice); a LayerNorm row mean far from zero (the slices' moments combined); the same
@@ -33,7 +33,8 @@ _SHAPES = [
     pytest.param(FP32, BF16, BF16, 400, 20000, id="fp32-wbf16-obf16-N20000-partial"),
     pytest.param(BF16, None, BF16, 3000, 2048, id="bf16-noweight-N2048-c1"),
 ]
-OVERRIDES = ["row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024"]
+# stages=1: the next row's copy issued into the stage the CTA has just read.
+OVERRIDES = ["row=bulk", "row=bulk,minb=2", "row=bulk,cta=1024", "row=bulk,stages=1"]
 # Every pairing but two under minb=2, whose plans are not the ring: fp32 N=262144 (its
 # 64 KB slices leave no two stages for two CTAs an SM) and bf16 N=200000 (seven vectors a
 # thread, more registers than two CTAs an SM leave).
@@ -92,6 +93,17 @@ def test_forward_bulk_rows_own_plan_several_ctas(xdt, wdt, m, n):
     w = rand((n,), wdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", ""):
         _check_forward("own plan", "rmsnorm", x, w, None, xdt)
+
+
+# LayerNorm bf16 with its bias at N=131072: the plan's own ring in three 128-thread CTAs
+# an SM over 16, the weight and bias slices in shared memory (bulk_rows_measured_ctas).
+@pytest.mark.parametrize("wdt", [BF16, FP16], ids=["wbf16", "wfp16"])
+def test_forward_bulk_rows_own_plan_layernorm(wdt):
+    n = 131072
+    x = rand((203, n), BF16)
+    w, b = rand((n,), wdt), rand((n,), wdt)
+    with plan_switch("NORMKIT_FORWARD_PLAN", ""):
+        _check_forward("own plan", "layernorm", x, w, b, BF16)
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])

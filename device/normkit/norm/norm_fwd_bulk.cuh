@@ -56,7 +56,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_fwd_bulk_k
   static_assert(Cfg::ROWS == 1 && Cfg::REGS && Cfg::TPR > 32, "one row a CTA (cluster), at least two warps");
   static_assert(VEC * sizeof(X) == 16, "16-byte vectors: the stage holds the slice as the row lays it out");
   static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
-  static_assert(STAGES >= 2, "a ring of at least two stages");
+  // One stage (stages=1, for measuring): the next row's copy overlaps only this row's
+  // reduction and stores, as the register rows' prefetch does; room for the parameters.
+  static_assert(STAGES >= 1, "a ring of at least one stage");
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
   static_assert(VEC * size_or_zero<R> % 16 == 0, "the residual's rows 16-byte aligned, as the bulk copy needs");
   constexpr BulkRowsLayout L = bulk_rows_layout(Cfg::SLICE_V, VEC, sizeof(X), size_or_zero<R>,
