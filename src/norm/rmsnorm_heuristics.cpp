@@ -96,6 +96,7 @@ RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
   out.forced_cluster = ctas.cluster;
   out.forced_cta_threads = ctas.threads;
   out.forced_min_blocks = ctas.blocks;
+  out.forced_bulk_stages = ctas.stages;
   return out;
 }
 

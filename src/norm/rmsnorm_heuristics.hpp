@@ -211,11 +211,13 @@ std::optional<BulkRingShape> bulk_ring_shape(const RowPlanInputs& in, std::int64
 
 // The CTAs of a bulk ring planned where it measured faster (bulk_rows_measured_ctas,
 // bulk_backward_measured_ctas) where they are not bulk_ring_shape's own: the cluster,
-// the threads a CTA and the CTAs an SM, each 0 where the ring's own.
+// the threads a CTA, the CTAs an SM and the stages (the forward's one stage, which
+// leaves room for the parameters' slices), each 0 where the ring's own.
 struct BulkRingCtas {
   int cluster = 0;
   int threads = 0;
   int blocks = 0;
+  int stages = 0;
 };
 
 // The stages a bulk ring takes: as many as the SM's shared memory (shared by the

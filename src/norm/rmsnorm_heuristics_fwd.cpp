@@ -295,6 +295,17 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // path (0.806; 0.895 apart). Three 128-thread CTAs an SM over 16 hold them with two
 // stages: LayerNorm bf16 with a bias, no residual, N=131072 0.886 (own plan, the
 // register rows) -> 0.929 (0.906 before the loops were apart), one run each.
+// One stage (the next row's copy into the stage the CTA has just read into registers,
+// overlapping the row's reduction and stores as the register rows' prefetch does)
+// leaves room for them in the other shapes. Same tool, one run each, own plan -> one
+// stage: LayerNorm bf16 N=262144 in two 256-thread CTAs an SM over 16 0.842 -> 0.906,
+// with a residual N=131072 0.912 -> 0.934; LayerNorm fp32 N=131072 in two of 256 over
+// 16 0.911 -> 0.936, N=262144 in one of 512 over 16 0.836 -> 0.903 (0.697 with the
+// stages that fit). Level or slower: RMSNorm bf16 N=131072-262144 (0.933 / 0.936 ->
+// 0.936 / 0.941), LayerNorm bf16 N=65536 (0.922 -> 0.915 / 0.832), LayerNorm bf16
+// N=131072 (0.921 in three CTAs, as with two stages), fp32 rows with a residual
+// (LayerNorm N=65536 0.926 -> 0.874, 262144 0.920 -> 0.856; RMSNorm N=262144 0.945
+// -> 0.900).
 BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
   if (!bulk_rows_measured(in) || in.max_vec * in.x_bytes < 16) return {};
   if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) {
@@ -305,7 +316,15 @@ BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
     if (!in.residual && in.n == 65536) return {8, 256, 2};
     return {8, 0, 0};
   }
-  if (in.x_bytes == 2 && in.center && !in.residual && in.n == 131072) return {16, 128, 3};
+  if (in.center && in.x_bytes == 4 && !in.residual) {
+    if (in.n == 131072) return {16, 256, 2, 1};
+    if (in.n == 262144) return {16, 512, 1, 1};
+  }
+  if (in.center && in.x_bytes == 2) {
+    if (in.residual && in.n == 131072) return {16, 256, 2, 1};
+    if (!in.residual && in.n == 131072) return {16, 128, 3};
+    if (!in.residual && in.n == 262144) return {16, 256, 2, 1};
+  }
   if (in.x_bytes == 2 && !in.center && !in.residual) {
     // The measured N only: elsewhere the ring might refuse these CTAs (a slice that is
     // not whole vectors), and the register rows would take them instead.
@@ -323,12 +342,12 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return false;
   if (in.x_bytes == 4) {
-    if (in.center) return in.n <= 131072;
+    if (in.center) return in.n <= 131072 || (!in.residual && in.n == 262144);
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }
   if (in.x_bytes != 2 || in.x_fp16) return false;  // bf16 measured
-  if (in.residual) return in.n > 131072;
-  return in.center ? in.n == 131072 : in.n == 131072 || in.n == 262144;
+  if (in.residual) return in.n > 131072 || (in.center && in.n == 131072);
+  return in.n == 131072 || in.n == 262144;
 }
 
 RowPlan with_bulk_rows(const RowPlan& planned, const RowPlanInputs& in) {

@@ -89,7 +89,10 @@ std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
   std::optional<GroupShape> shape;
   if (in.residual) {
     shape = GroupShape{256, 2, 2};
-  } else if (in.center) {
+  } else if (in.center && in.n != 262144) {
+    // LayerNorm fp32 N=262144 without a residual takes the bulk ring over 16 CTAs in one
+    // stage instead, its weight and bias slices in shared memory (0.836 -> 0.903, one run,
+    // bulk_rows_measured_ctas in rmsnorm_heuristics_fwd.cpp).
     shape = GroupShape{256, 4, 3};
   }
   // Only rows that the measured slices tile (as with_group_rows asks).

@@ -95,15 +95,23 @@ def test_forward_bulk_rows_own_plan_several_ctas(xdt, wdt, m, n):
         _check_forward("own plan", "rmsnorm", x, w, None, xdt)
 
 
-# LayerNorm bf16 with its bias at N=131072: the plan's own ring in three 128-thread CTAs
-# an SM over 16, the weight and bias slices in shared memory (bulk_rows_measured_ctas).
-@pytest.mark.parametrize("wdt", [BF16, FP16], ids=["wbf16", "wfp16"])
-def test_forward_bulk_rows_own_plan_layernorm(wdt):
-    n = 131072
-    x = rand((203, n), BF16)
+# LayerNorm with its bias on the plans' own rings over 16 CTAs, the weight and bias
+# slices in shared memory (bulk_rows_measured_ctas): bf16 N=131072 in three 128-thread
+# CTAs an SM, the others in one stage: bf16 N=262144 and fp32 N=131072 in two CTAs of
+# 256, fp32 N=262144 in one of 512; bf16 with a residual at N=131072 in two of 256 (x,
+# residual: test_forward_bulk_rows_residual_own_plan_layernorm).
+@pytest.mark.parametrize("xdt,wdt,m,n", [
+    pytest.param(BF16, BF16, 203, 131072, id="bf16-N131072"),
+    pytest.param(BF16, FP16, 203, 131072, id="bf16-wfp16-N131072"),
+    pytest.param(BF16, BF16, 97, 262144, id="bf16-N262144"),
+    pytest.param(FP32, FP32, 131, 131072, id="fp32-N131072"),
+    pytest.param(FP32, FP32, 67, 262144, id="fp32-N262144"),
+])
+def test_forward_bulk_rows_own_plan_layernorm(xdt, wdt, m, n):
+    x = rand((m, n), xdt)
     w, b = rand((n,), wdt), rand((n,), wdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", ""):
-        _check_forward("own plan", "layernorm", x, w, b, BF16)
+        _check_forward("own plan", "layernorm", x, w, b, xdt)
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
@@ -170,6 +178,16 @@ def test_forward_bulk_rows_residual(override, op, xdt, rdt, m, n):
     w, b = rand((n,), xdt), rand((n,), xdt)
     with plan_switch("NORMKIT_FORWARD_PLAN", override):
         forward_check(f"{override} {op}", op, x, w, b, r)
+
+
+# The plan's own ring with a residual: LayerNorm bf16 N=131072 in two 256-thread CTAs an
+# SM over 16, one stage (bulk_rows_measured_ctas).
+def test_forward_bulk_rows_residual_own_plan_layernorm():
+    n = 131072
+    x, r = rand((131, n), BF16), rand((131, n), BF16)
+    w, b = rand((n,), BF16), rand((n,), BF16)
+    with plan_switch("NORMKIT_FORWARD_PLAN", ""):
+        forward_check("own plan layernorm", "layernorm", x, w, b, r)
 
 
 @pytest.mark.parametrize("kind", ["rms", "ln"])
