@@ -77,41 +77,32 @@ def test_forward_bulk_rows(override, op, xdt, wdt, odt, m, n):
         _check_forward(f"{override} {op}", op, x, w, b, odt)
 
 
-# The plans' own rings in several CTAs an SM (bulk_rows_measured_ctas), RMSNorm without
-# a residual: bf16 at N=131072 (four 128-thread CTAs an SM) and 262144 (two of 256), a
-# weight of either 16-bit dtype; fp32 at N=65536 (two of 256); rows enough that every
-# cluster walks its ring round several times and the last ones a row short.
-@pytest.mark.parametrize("xdt,wdt,m,n", [
-    pytest.param(BF16, BF16, 203, 131072, id="bf16-N131072"),
-    pytest.param(BF16, FP16, 203, 131072, id="bf16-wfp16-N131072"),
-    pytest.param(BF16, BF16, 97, 262144, id="bf16-N262144"),
-    pytest.param(BF16, FP16, 97, 262144, id="bf16-wfp16-N262144"),
-    pytest.param(FP32, FP32, 301, 65536, id="fp32-N65536"),
+# The plans' own rings in several CTAs an SM or in one stage (bulk_rows_measured_ctas):
+# RMSNorm without a residual, bf16 at N=131072 (four 128-thread CTAs an SM) and 262144 (two
+# of 256), a weight of either 16-bit dtype, fp32 at N=65536 (two of 256); LayerNorm with its
+# bias over 16 CTAs, the weight and bias slices in shared memory, bf16 N=131072 in three
+# 128-thread CTAs an SM, the others in one stage: bf16 N=262144 and fp32 N=131072 in two
+# of 256, fp32 N=262144 in one of 512 (with a residual:
+# test_forward_bulk_rows_residual_own_plan_layernorm); rows enough that every cluster
+# walks its ring round several times and the last ones a row short.
+@pytest.mark.parametrize("op,xdt,wdt,m,n", [
+    pytest.param("rmsnorm", BF16, BF16, 203, 131072, id="rms-bf16-N131072"),
+    pytest.param("rmsnorm", BF16, FP16, 203, 131072, id="rms-bf16-wfp16-N131072"),
+    pytest.param("rmsnorm", BF16, BF16, 97, 262144, id="rms-bf16-N262144"),
+    pytest.param("rmsnorm", BF16, FP16, 97, 262144, id="rms-bf16-wfp16-N262144"),
+    pytest.param("rmsnorm", FP32, FP32, 301, 65536, id="rms-fp32-N65536"),
+    pytest.param("layernorm", BF16, BF16, 203, 131072, id="ln-bf16-N131072"),
+    pytest.param("layernorm", BF16, FP16, 203, 131072, id="ln-bf16-wfp16-N131072"),
+    pytest.param("layernorm", BF16, BF16, 97, 262144, id="ln-bf16-N262144"),
+    pytest.param("layernorm", FP32, FP32, 131, 131072, id="ln-fp32-N131072"),
+    pytest.param("layernorm", FP32, FP32, 67, 262144, id="ln-fp32-N262144"),
 ])
-def test_forward_bulk_rows_own_plan_several_ctas(xdt, wdt, m, n):
+def test_forward_bulk_rows_own_plan_several_ctas(op, xdt, wdt, m, n):
     x = rand((m, n), xdt)
     w = rand((n,), wdt)
+    b = rand((n,), wdt) if op == "layernorm" else None
     with plan_switch("NORMKIT_FORWARD_PLAN", ""):
-        _check_forward("own plan", "rmsnorm", x, w, None, xdt)
-
-
-# LayerNorm with its bias on the plans' own rings over 16 CTAs, the weight and bias
-# slices in shared memory (bulk_rows_measured_ctas): bf16 N=131072 in three 128-thread
-# CTAs an SM, the others in one stage: bf16 N=262144 and fp32 N=131072 in two CTAs of
-# 256, fp32 N=262144 in one of 512; bf16 with a residual at N=131072 in two of 256 (x,
-# residual: test_forward_bulk_rows_residual_own_plan_layernorm).
-@pytest.mark.parametrize("xdt,wdt,m,n", [
-    pytest.param(BF16, BF16, 203, 131072, id="bf16-N131072"),
-    pytest.param(BF16, FP16, 203, 131072, id="bf16-wfp16-N131072"),
-    pytest.param(BF16, BF16, 97, 262144, id="bf16-N262144"),
-    pytest.param(FP32, FP32, 131, 131072, id="fp32-N131072"),
-    pytest.param(FP32, FP32, 67, 262144, id="fp32-N262144"),
-])
-def test_forward_bulk_rows_own_plan_layernorm(xdt, wdt, m, n):
-    x = rand((m, n), xdt)
-    w, b = rand((n,), wdt), rand((n,), wdt)
-    with plan_switch("NORMKIT_FORWARD_PLAN", ""):
-        _check_forward("own plan", "layernorm", x, w, b, xdt)
+        _check_forward("own plan", op, x, w, b, xdt)
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
