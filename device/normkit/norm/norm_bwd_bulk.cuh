@@ -290,7 +290,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   // RMSNorm fp32 N=131072 0.963 -> 0.976; RMSNorm bf16 N=131072-262144 level. Every ring
   // it ran on reads through SHARED_READS, so only those take it (the pointer reads' rings,
   // RMSNorm over 2-8 CTAs, were not run with it).
-  constexpr bool OVERLAP_EXCHANGE = CLUSTER > 1 && ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
+  // NK_BWD_OVERLAP_MIN_CLUSTER (a build switch for measuring): the smallest cluster that
+  // takes it.
+#ifndef NK_BWD_OVERLAP_MIN_CLUSTER
+#define NK_BWD_OVERLAP_MIN_CLUSTER 2
+#endif
+  constexpr bool OVERLAP_EXCHANGE =
+      CLUSTER >= NK_BWD_OVERLAP_MIN_CLUSTER && CLUSTER > 1 && ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
   if constexpr (OVERLAP_EXCHANGE) {
     auto row_of = [&](long long g, float rstd, float mean) {
       return Row::make(p, head + heads * g, head_offset, rstd, mean);
