@@ -289,11 +289,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
   // 131072 0.909 -> 0.915, 262144 0.816 -> 0.869; LayerNorm fp32 N=131072 0.942 -> 0.966;
   // RMSNorm fp32 N=131072 0.963 -> 0.976; RMSNorm bf16 N=131072-262144 level. Every ring
   // it ran on reads through SHARED_READS, so only those take it (the pointer reads' rings,
-  // RMSNorm over 2-8 CTAs, were not run with it).
-  // NK_BWD_OVERLAP_MIN_CLUSTER (a build switch for measuring): the smallest cluster that
-  // takes it.
+  // RMSNorm over 2-8 CTAs, were not run with it). Not over fewer than 8 CTAs: at N=16384
+  // (clusters of 4) it lost, same call, two runs each, overlapped -> plain
+  // (plan_cases/backward-overlap-16k.txt at 7f91806, docs/perf/h200-2026-12-03c.md):
+  // LayerNorm bf16 0.910 -> 0.918, with dresidual_out 0.975 -> 0.984, RMSNorm bf16 with
+  // dresidual_out 0.962 -> 0.989; at N=32768 (over 8) it won (LayerNorm 0.897 -> 0.928,
+  // with dresidual_out 0.930 -> 0.960). NK_BWD_OVERLAP_MIN_CLUSTER (a build switch for
+  // measuring) moves that bound.
 #ifndef NK_BWD_OVERLAP_MIN_CLUSTER
-#define NK_BWD_OVERLAP_MIN_CLUSTER 2
+#define NK_BWD_OVERLAP_MIN_CLUSTER 8
 #endif
   constexpr bool OVERLAP_EXCHANGE =
       CLUSTER >= NK_BWD_OVERLAP_MIN_CLUSTER && CLUSTER > 1 && ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
