@@ -96,20 +96,20 @@ TEST(RmsNormPlan, BulkRowsWhereMeasured) {
           // The plan row=bulk asks for; none of it under row=regs, on sm_100, with
           // another override, a weight of another width, a residual of another width, in
           // calls of few rows.
-          const std::string asked = "row=bulk" + measured_ctas(n, x, center, residual);
+          const std::string ctas = measured_ctas(n, x, center, residual);
+          const std::string asked = "row=bulk" + ctas;
           EXPECT_EQ(p.str(), bulk_spec(n, x, x, center, asked.c_str(), 90, r).plan.str()) << n;
-          if (x == f32 && !center && !measured_ctas(n, x, center, residual).empty()) {
+          if (x == f32 && !center && !ctas.empty()) {
             EXPECT_EQ(p.cluster, 8) << n;
           }
-          if (x == bf16 && (!residual || center) && !measured_ctas(n, x, center, residual).empty()) {
+          if (x == bf16 && (!residual || center) && !ctas.empty()) {
             EXPECT_EQ(p.cluster, 16) << n;
             EXPECT_EQ(p.tpr * p.min_blocks, center && !residual && n == 131072 ? 384 : 512) << n << " " << p.str();
           }
           // LayerNorm's weight and bias slices in shared memory, beside two stages or one.
-          if (center && !measured_ctas(n, x, center, residual).empty()) {
+          if (center && !ctas.empty()) {
             EXPECT_TRUE(p.params_smem) << p.str();
-            const bool one_stage = measured_ctas(n, x, center, residual).find("stages=1") != std::string::npos;
-            EXPECT_EQ(p.bulk_stages == 1, one_stage) << p.str();
+            EXPECT_EQ(p.bulk_stages == 1, ctas.find("stages=1") != std::string::npos) << p.str();
           }
           EXPECT_EQ(bulk_spec(n, x, x, center, "row=regs", 90, r).plan.bulk_stages, 0) << n;
           EXPECT_EQ(bulk_spec(n, x, x, center, "", 100, r).plan.bulk_stages, 0) << n;
