@@ -353,7 +353,7 @@ struct RingParams {
       }
       return;
     }
-    constexpr int IN_FLIGHT = AHEAD_BYTES / ITEM_BYTES;  // ITEM_BYTES > 0: returned above otherwise
+    constexpr int IN_FLIGHT = ITEM_BYTES == 0 ? 1 : AHEAD_BYTES / ITEM_BYTES;
     constexpr int AHEAD = IN_FLIGHT < 1 ? 1 : IN_FLIGHT < ITEMS ? IN_FLIGHT : ITEMS;
     WP wq[AHEAD];
     BP bq[AHEAD];
