@@ -35,8 +35,14 @@
 
 namespace nk {
 
-// Steps between publishing a row's slice sums and writing its dx.
-constexpr int kBwdGroupLookahead = 2;
+// Steps between publishing a row's slice sums and writing its dx: the slack the
+// group's CTAs have to drift apart before one waits for another's slot.
+// NK_BWD_GROUP_LOOKAHEAD is a build switch for measuring (the host plans at least
+// kGroupMinStages stages, so a larger one needs stages= forced to D + 2 or more).
+#ifndef NK_BWD_GROUP_LOOKAHEAD
+#define NK_BWD_GROUP_LOOKAHEAD 2
+#endif
+constexpr int kBwdGroupLookahead = NK_BWD_GROUP_LOOKAHEAD;
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
           int STAGES>
