@@ -7,7 +7,8 @@
 #   usage: NORMKIT_COMMIT=<hash> [ROUNDS=2] [CASE_S=60] bash scripts/plan_cases.sh scripts/plan_cases/<file>.txt
 # Cases file: one case a line, `label ; override ; normkit bench flags`, where override
 # is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, `env:NAME=VALUE`
-# (a NORMKIT_ switch of the README's table set for the case, e.g. env:NORMKIT_GROUP_ROWS=0),
+# (a NORMKIT_ switch of the README's table set for the case, e.g. env:NORMKIT_GROUP_ROWS=0;
+# a ~ in its value stands for a space: env:NORMKIT_NVRTC_FLAGS=-DA=1~-DB=2),
 # several of them separated by spaces (`env:NORMKIT_NVRTC_FLAGS=-DX row=bulk`), or `-` for
 # the plan's own; `#` starts a comment. The whole list runs ROUNDS times, so each
 # case's runs are spread over the call.
@@ -37,7 +38,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     fwd_plan="" bwd_plan="" switch=()
     for part in $override; do  # space-separated: a switch and a plan may go together
       if [ "${part#bwd:}" != "$part" ]; then bwd_plan=${part#bwd:}
-      elif [ "${part#env:NORMKIT_}" != "$part" ]; then switch+=("${part#env:}")
+      elif [ "${part#env:NORMKIT_}" != "$part" ]; then part=${part#env:}; switch+=("${part//\~/ }")
       else fwd_plan=$part; fi
     done
     echo "=== round $round: $label (${override:-own plan}) at ${SECONDS}s"

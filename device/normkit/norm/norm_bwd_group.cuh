@@ -43,6 +43,12 @@ namespace nk {
 #define NK_BWD_GROUP_LOOKAHEAD 2
 #endif
 constexpr int kBwdGroupLookahead = NK_BWD_GROUP_LOOKAHEAD;
+// Where a step asks for the slots of the row whose dx comes next: 1 right after it
+// has published its own sums, so that the load has the step's dx and the next step's
+// sums to land in; 0 at the end of the step. A build switch for measuring.
+#ifndef NK_GROUP_ASK_EARLY
+#define NK_GROUP_ASK_EARLY 0
+#endif
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
           int STAGES>
@@ -183,14 +189,17 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
   };
 
   // Warp 0's slots of the row whose dx comes next (lane l: slices l, l + 32, ...),
-  // asked a step ahead; 0 where not yet published (a later poll asks again).
-  unsigned long long slot[K][SLOTS_PER_LANE];
+  // asked a step ahead; 0 where not yet published (a later poll asks again). Two sets,
+  // the steps alternating between them (the loop below runs two steps an iteration),
+  // so that an ask in flight is never copied: a copy would wait for it.
+  using Slots = unsigned long long[K][SLOTS_PER_LANE];
+  Slots slots_even, slots_odd;
 #pragma unroll
   for (int q = 0; q < K; ++q)
 #pragma unroll
-    for (int c = 0; c < SLOTS_PER_LANE; ++c) slot[q][c] = 0;
+    for (int c = 0; c < SLOTS_PER_LANE; ++c) slots_even[q][c] = slots_odd[q][c] = 0;
   auto slot_address = [&](long long r, int q, int c) { return p.group_slots + (r * K + q) * S + c; };
-  auto ask_slots = [&](long long j) {
+  auto ask_slots = [&](long long j, Slots& slot) {
     if (threadIdx.x >= 32 || j < 0 || j >= my_rows) return;
 #pragma unroll
     for (int q = 0; q < K; ++q)
@@ -225,7 +234,9 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
     if constexpr (CENTER) mean_next = p.mean[row_of(j)];
   };
   stats_of(0);
-  for (long long j = 0; j < my_rows + D; ++j) {
+  // Step j: publish row j's slice sums, write dx of row j - D (its slots in `slot`),
+  // ask for row j + 1 - D's slots into `next`.
+  auto step = [&](long long j, Slots& slot, Slots& next) {
     if (j < my_rows) {  // row j: its slice sums published, its dw/db added
       const long long r = row_of(j);
       const int s = static_cast<int>(j % STAGES);
@@ -246,6 +257,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         stage_stats[s][1] = mean;
       }
     }
+    if (NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
     if (j >= D) {  // row j - D: dx
       const long long jd = j - D;
       const long long r = row_of(jd);
@@ -319,7 +331,11 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         issue_row(jd + STAGES, s);
       }
     }
-    ask_slots(j + 1 - D);
+    if (!NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
+  };
+  for (long long j = 0; j < my_rows + D; j += 2) {
+    step(j, slots_even, slots_odd);
+    if (j + 1 < my_rows + D) step(j + 1, slots_odd, slots_even);
   }
 
   // The group's partial of this slice's columns: [group][N], 16-byte stores

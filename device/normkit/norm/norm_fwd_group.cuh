@@ -51,6 +51,13 @@ namespace nk {
 
 // Steps between publishing a row's slice moments and normalizing it.
 constexpr int kGroupLookahead = 2;
+// Where a step asks for the slots of the row it normalizes next: 1 right after it has
+// published its own moments, so that the load has the step's normalization and the
+// next step's moments to land in; 0 at the end of the step. A build switch for
+// measuring (norm_bwd_group.cuh has the same).
+#ifndef NK_GROUP_ASK_EARLY
+#define NK_GROUP_ASK_EARLY 0
+#endif
 
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
           bool PARAMS_SMEM, int STAGES>
@@ -191,12 +198,15 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
   };
 
   // Warp 0's slots of the row it normalizes next (lane l: slices l, l + 32, ...),
-  // asked a step ahead; 0 where not yet published (a later poll asks again).
-  unsigned long long slot[SLOTS_PER_LANE];
+  // asked a step ahead; 0 where not yet published (a later poll asks again). Two sets,
+  // the steps alternating between them (the loop below runs two steps an iteration),
+  // so that an ask in flight is never copied: a copy would wait for it.
+  using Slots = unsigned long long[SLOTS_PER_LANE];
+  Slots slots_even, slots_odd;
 #pragma unroll
-  for (int q = 0; q < SLOTS_PER_LANE; ++q) slot[q] = 0;
+  for (int q = 0; q < SLOTS_PER_LANE; ++q) slots_even[q] = slots_odd[q] = 0;
   auto slot_address = [&](long long r, int c) { return p.group_slots + r * S + c; };
-  auto ask_slots = [&](long long j) {
+  auto ask_slots = [&](long long j, Slots& slot) {
     if (threadIdx.x >= 32 || j < 0 || j >= my_rows) return;
 #pragma unroll
     for (int q = 0; q < SLOTS_PER_LANE; ++q) {
@@ -230,7 +240,9 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
   };
 
   using ROut = typename or_type<RO, X>::type;
-  for (long long j = 0; j < my_rows + D; ++j) {
+  // Step j: publish row j's slice moments, normalize row j - D (its slots in `slot`),
+  // ask for row j + 1 - D's slots into `next`.
+  auto step = [&](long long j, Slots& slot, Slots& next) {
     if (j < my_rows) {  // publish row j's slice moments
       const long long r = row_of(j);
       const int s = static_cast<int>(j % STAGES);
@@ -242,6 +254,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       if (threadIdx.x == 0)
         asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(slot_address(r, rank)), "l"(mine) : "memory");
     }
+    if (NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
     if (j >= D) {  // normalize row j - D
       const long long jd = j - D;
       const long long r = row_of(jd);
@@ -327,7 +340,11 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         issue_row(jd + STAGES, s);
       }
     }
-    ask_slots(j + 1 - D);
+    if (!NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
+  };
+  for (long long j = 0; j < my_rows + D; j += 2) {
+    step(j, slots_even, slots_odd);
+    if (j + 1 < my_rows + D) step(j + 1, slots_odd, slots_even);
   }
 }
 
