@@ -43,12 +43,6 @@ namespace nk {
 #define NK_BWD_GROUP_LOOKAHEAD 2
 #endif
 constexpr int kBwdGroupLookahead = NK_BWD_GROUP_LOOKAHEAD;
-// Where a step asks for the slots of the row whose dx comes next: 1 right after it
-// has published its own sums, so that the load has the step's dx and the next step's
-// sums to land in; 0 at the end of the step. A build switch for measuring.
-#ifndef NK_GROUP_ASK_EARLY
-#define NK_GROUP_ASK_EARLY 0
-#endif
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
           int STAGES>
@@ -257,7 +251,6 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         stage_stats[s][1] = mean;
       }
     }
-    if (NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
     if (j >= D) {  // row j - D: dx
       const long long jd = j - D;
       const long long r = row_of(jd);
@@ -331,7 +324,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         issue_row(jd + STAGES, s);
       }
     }
-    if (!NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
+    ask_slots(j + 1 - D, next);
   };
   for (long long j = 0; j < my_rows + D; j += 2) {
     step(j, slots_even, slots_odd);

@@ -51,13 +51,6 @@ namespace nk {
 
 // Steps between publishing a row's slice moments and normalizing it.
 constexpr int kGroupLookahead = 2;
-// Where a step asks for the slots of the row it normalizes next: 1 right after it has
-// published its own moments, so that the load has the step's normalization and the
-// next step's moments to land in; 0 at the end of the step. A build switch for
-// measuring (norm_bwd_group.cuh has the same).
-#ifndef NK_GROUP_ASK_EARLY
-#define NK_GROUP_ASK_EARLY 0
-#endif
 
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
           bool PARAMS_SMEM, int STAGES>
@@ -254,7 +247,6 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       if (threadIdx.x == 0)
         asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(slot_address(r, rank)), "l"(mine) : "memory");
     }
-    if (NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
     if (j >= D) {  // normalize row j - D
       const long long jd = j - D;
       const long long r = row_of(jd);
@@ -340,7 +332,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         issue_row(jd + STAGES, s);
       }
     }
-    if (!NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
+    ask_slots(j + 1 - D, next);
   };
   for (long long j = 0; j < my_rows + D; j += 2) {
     step(j, slots_even, slots_odd);
