@@ -182,14 +182,20 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
     }
   };
 
+  // NK_GROUP_ASK_EARLY=1 (a build switch for measuring, default 0): ask right after
+  // publishing rather than at the end of the step. Measured slower with the fence before
+  // a refill (docs/perf/h200-2026-12-03d.md): an early ask finds some slices unpublished
+  // and asks again at the check, and the fence may wait for its load (the second is what
+  // NK_GROUP_PROXY_FENCE=0 tests).
+#ifndef NK_GROUP_ASK_EARLY
+#define NK_GROUP_ASK_EARLY 0
+#endif
   // Warp 0's slots of the row whose dx comes next (lane l: slices l, l + 32, ...),
   // asked a step ahead; 0 where not yet published (a later poll asks again). Two sets,
   // the steps alternating between them (the loop below runs two steps an iteration):
   // measured faster than one set (backward RMSNorm fp32 N=262144 0.876 -> 0.919, forward
   // LayerNorm fp32 with a residual 0.914 -> 0.926; docs/perf/h200-2026-12-03d.md; which
-  // SASS difference does it was not isolated). Asking right after publishing, rather
-  // than at the end of the step, measured slower (an early ask finds slices unpublished
-  // and is asked again, a round trip waited on).
+  // SASS difference does it was not isolated).
   using Slots = unsigned long long[K][SLOTS_PER_LANE];
   Slots slots_even, slots_odd;
 #pragma unroll
@@ -255,6 +261,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         stage_stats[s][1] = mean;
       }
     }
+    if (NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
     if (j >= D) {  // row j - D: dx
       const long long jd = j - D;
       const long long r = row_of(jd);
@@ -324,11 +331,11 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
       }
       __syncthreads();  // every thread's reads of stage s (and of row_means) done
       if (threadIdx.x == 0) {
-        fence_async_shared();  // the stage's generic-proxy reads before the async copy's writes
+        if (NK_GROUP_PROXY_FENCE) fence_async_shared();  // the stage's generic-proxy reads before the copy's writes
         issue_row(jd + STAGES, s);
       }
     }
-    ask_slots(j + 1 - D, next);
+    if (!NK_GROUP_ASK_EARLY) ask_slots(j + 1 - D, next);
   };
   for (long long j = 0; j < my_rows + D; j += 2) {
     step(j, slots_even, slots_odd);
