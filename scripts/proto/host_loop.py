@@ -5,7 +5,10 @@ time by C++ frame:
 
     py-spy record --native --rate 2000 --format raw -o stacks.txt -- python3 scripts/proto/host_loop.py
 
-Prints the host time per call over the whole loop. A diagnostic: needs a CUDA device.
+normkit's own frames have names only in an unstripped build (scikit-build-core strips on
+install by default): `pip install --no-build-isolation --no-deps --config-settings=install.strip=false
+--config-settings=cmake.build-type=RelWithDebInfo .` first. Prints the host time per call over
+the whole loop. A diagnostic: needs a CUDA device.
 """
 import argparse
 import time
