@@ -94,12 +94,16 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
             EXPECT_FALSE(narrow.tpr == p.tpr && narrow.min_blocks == p.min_blocks && narrow.cluster == p.cluster)
                 << n << " " << narrow.str();
           }
-          if (ept) EXPECT_EQ(p.rows, 512 / p.tpr) << n << " " << p.str();  // whole rows a stage
+          if (ept) {
+            EXPECT_EQ(p.rows, 512 / p.tpr) << n << " " << p.str();  // whole rows a stage
+          }
           EXPECT_EQ(planned_bwd(n, x, x, center, dro, "row=regs").plan.bulk_stages, 0) << n;
           EXPECT_EQ(planned_bwd(n, x, x, center, dro, "", 100).plan.bulk_stages, 0) << n;
           EXPECT_EQ(planned_bwd(n, x, x, center, dro, "cta=512").plan.bulk_stages, 0) << n;
           EXPECT_EQ(planned_bwd(n, x, x == bf16 ? f32 : bf16, center, dro, "").plan.bulk_stages, 0) << n;
-          if (x == bf16) EXPECT_EQ(planned_bwd(n, f16, f16, center, dro, "").plan.bulk_stages, 0) << n;  // not measured
+          if (x == bf16) {
+            EXPECT_EQ(planned_bwd(n, f16, f16, center, dro, "").plan.bulk_stages, 0) << n;  // not measured
+          }
           RmsBwdSpec few = norm_bwd_spec(n, x, x, center, dro);
           few.few_rows = true;
           EXPECT_EQ(plan_bwd(few, 16 / static_cast<int>(dtype_size(x)), 90).bulk_stages, 0) << n;
