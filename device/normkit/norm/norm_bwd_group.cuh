@@ -182,14 +182,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
     }
   };
 
-  // NK_GROUP_ASK_EARLY=1 (a build switch for measuring, default 0): ask right after
-  // publishing rather than at the end of the step. Measured slower with the fence before
-  // a refill (docs/perf/h200-2026-12-03d.md): an early ask finds some slices unpublished
-  // and asks again at the check, and the fence may wait for its load (the second is what
-  // NK_GROUP_PROXY_FENCE=0 tests).
-#ifndef NK_GROUP_ASK_EARLY
-#define NK_GROUP_ASK_EARLY 0
-#endif
+  // Where the ask goes: NK_GROUP_ASK_EARLY (row_engine.cuh).
   // Warp 0's slots of the row whose dx comes next (lane l: slices l, l + 32, ...),
   // asked a step ahead; 0 where not yet published (a later poll asks again). Two sets,
   // the steps alternating between them (the loop below runs two steps an iteration):

@@ -267,6 +267,16 @@ __device__ __forceinline__ void copy_row_slices(unsigned char* dst, const NormFw
     bulk_load(dst + L.x_bytes, row_ptr<R>(p.residual, p.shape, r) + slice_begin, L.slice_bytes - L.x_bytes, full);
 }
 
+// The grouped kernels (norm_fwd_group, norm_bwd_group) ask for the slots of the row
+// they finish next at the end of a step. NK_GROUP_ASK_EARLY=1 (a build switch for
+// measuring, default 0) asks right after publishing their own instead. That measured
+// slower with the fence before a refill (docs/perf/h200-2026-12-03d.md): an early ask
+// finds some slices unpublished and asks again at the check, and the fence may wait for
+// its load (the second is what NK_GROUP_PROXY_FENCE=0, async_copy.cuh, tests).
+#ifndef NK_GROUP_ASK_EARLY
+#define NK_GROUP_ASK_EARLY 0
+#endif
+
 // The weight and bias slices of a CTA's share of a row, for the forward's ring kernels
 // (norm_fwd_bulk_kernel, norm_fwd_group_kernel): copied once into shared memory after
 // the stages (one bulk copy each; `L`'s weight_bytes and params_bytes) where the layout
