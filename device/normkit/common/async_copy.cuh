@@ -81,16 +81,16 @@ __device__ __forceinline__ void mbarrier_expect_bytes(unsigned long long* bar, u
 }
 
 // Orders this thread's (and, after a CTA barrier, the CTA's) earlier generic reads
-// of shared memory before a later bulk copy's writes to it (the async proxy): a
-// stage that threads read is refilled only after this, not over bytes still read.
-// The grouped kernels (norm_fwd_group, norm_bwd_group) fence before refilling a stage;
-// the bulk rings refill after the CTA barrier alone, which orders every thread's reads
-// of the stage before thread 0's copy (as a pipeline's "empty" barrier does). The fence
-// compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, and the MEMBAR may wait for the
-// fencing thread's outstanding loads and stores. NK_GROUP_PROXY_FENCE=0 drops it there: a
-// build switch for measuring, default 1.
+// of shared memory before a later bulk copy's writes to it (the async proxy).
+// The ring kernels refill a stage after the CTA barrier alone, which orders every
+// thread's reads of the stage before thread 0's copy (as a pipeline's "empty" barrier
+// does). The fence compiles to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, and the MEMBAR may
+// wait for the fencing thread's outstanding loads and stores: once a step in the grouped
+// kernels it cost LayerNorm's fp32 backward at N=262144 3% (0.871 without, 0.844 with;
+// docs/perf/h200-2026-12-03e.md). NK_GROUP_PROXY_FENCE=1 puts it back before the
+// grouped kernels' refill: a build switch for measuring, default 0.
 #ifndef NK_GROUP_PROXY_FENCE
-#define NK_GROUP_PROXY_FENCE 1
+#define NK_GROUP_PROXY_FENCE 0
 #endif
 __device__ __forceinline__ void fence_async_shared() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -36,13 +36,19 @@
 namespace nk {
 
 // Steps between publishing a row's slice sums and writing its dx: the slack the
-// group's CTAs have to drift apart before one waits for another's slot.
-// NK_BWD_GROUP_LOOKAHEAD is a build switch for measuring (the host plans at least
-// kGroupMinStages stages, so a larger one needs stages= forced to D + 2 or more).
+// group's CTAs have to drift apart before one waits for another's slot. The ring holds
+// the rows in between, so it is at most STAGES - 2; 4 where that fits (fp32 without
+// dresidual_out, six stages): LayerNorm at N=262144 0.871 -> 0.882 of copy against 2,
+// RMSNorm level (0.924 / 0.922; docs/perf/h200-2026-12-03e.md); 1 measured slower.
+// NK_BWD_GROUP_LOOKAHEAD=D is a build switch for measuring (a larger one needs stages=
+// forced to D + 2 or more); 0 (the default) picks min(STAGES - 2, 4).
 #ifndef NK_BWD_GROUP_LOOKAHEAD
-#define NK_BWD_GROUP_LOOKAHEAD 2
+#define NK_BWD_GROUP_LOOKAHEAD 0
 #endif
-constexpr int kBwdGroupLookahead = NK_BWD_GROUP_LOOKAHEAD;
+template <int STAGES>
+constexpr int bwd_group_lookahead() {
+  return NK_BWD_GROUP_LOOKAHEAD > 0 ? NK_BWD_GROUP_LOOKAHEAD : (STAGES - 2 < 4 ? STAGES - 2 : 4);
+}
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
           int STAGES>
@@ -52,7 +58,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
   constexpr int ITEMS = Cfg::ITEMS;
   constexpr int S = Cfg::CHUNKS;
   constexpr int SLICE_ELEMS = TPR * ITEMS * VEC;
-  constexpr int D = kBwdGroupLookahead;
+  constexpr int D = bwd_group_lookahead<STAGES>();
   constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
   constexpr int SLOTS_PER_LANE = (S + 31) / 32;
   constexpr bool DW = !is_none<W>;

@@ -270,9 +270,9 @@ __device__ __forceinline__ void copy_row_slices(unsigned char* dst, const NormFw
 // The grouped kernels (norm_fwd_group, norm_bwd_group) ask for the slots of the row
 // they finish next at the end of a step. NK_GROUP_ASK_EARLY=1 (a build switch for
 // measuring, default 0) asks right after publishing their own instead. That measured
-// slower with the fence before a refill (docs/perf/h200-2026-12-03d.md): an early ask
-// finds some slices unpublished and asks again at the check, and the fence may wait for
-// its load (the second is what NK_GROUP_PROXY_FENCE=0, async_copy.cuh, tests).
+// slower, with the proxy fence before a refill (docs/perf/h200-2026-12-03d.md) and
+// without it (LayerNorm fp32 backward N=262144 0.871 -> 0.508, h200-2026-12-03e.md):
+// an early ask finds some slices unpublished and asks again at the check.
 #ifndef NK_GROUP_ASK_EARLY
 #define NK_GROUP_ASK_EARLY 0
 #endif
