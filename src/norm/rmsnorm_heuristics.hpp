@@ -72,6 +72,11 @@ struct RowPlan {
   // pointer test (norm_bwd_bulk_kernel's SHARED_READS), where it measured faster
   // (shared_reads_planned) or NORMKIT_BACKWARD_PLAN's reads=shared asks.
   bool shared_reads = false;
+  // Backward grouped ring (group_stages) with dresidual_out: its slice read from global
+  // memory into registers a step before the row's dx (norm_bwd_group_kernel's
+  // DRO_DIRECT), not copied into the stages, which then hold h and dout only (more of
+  // them fit); NORMKIT_BACKWARD_PLAN's dro=direct.
+  bool dro_direct = false;
   // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it,
   // or where it measured faster on sm_90 (bulk_rows_measured,
   // bulk_backward_rows_measured; with_bulk_rows, with_bulk_backward_rows): the row's slices (x's and the residual's; h's, dout's, dresidual_out's)
@@ -151,6 +156,7 @@ struct RowPlanInputs {
   int forced_weight_smem = 0;  // backward: RowPlan::weight_smem asked for (1, w=smem) or refused (-1, w=global)
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   int forced_shared_reads = 0;  // backward: RowPlan::shared_reads asked for (1, reads=shared) or refused (-1, reads=pointer)
+  int forced_dro_direct = 0;  // backward: RowPlan::dro_direct asked for (1, dro=direct) or refused (-1, dro=stage)
   bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
   bool forced_group_rows = false;  // RowPlan::group_stages asked for (row=group, or group_rows_measured)
   // RowPlan::group_stages may be planned (NORMKIT_GROUP_ROWS; the host refuses it where
@@ -165,7 +171,7 @@ struct RowPlanInputs {
   bool any_forced() const {
     return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
            forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
-           forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads;
+           forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct;
   }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.

@@ -165,7 +165,9 @@ std::optional<GroupRing> group_ring(const RowPlanInputs& in, const GroupShape& s
 RowPlan with_group_backward_rows(const RowPlan& planned, const RowPlanInputs& in) {
   const int h_bytes = in.h_bytes ? in.h_bytes : in.x_bytes;
   const int vec = 16 / h_bytes;
-  const int extra_bytes = in.dout_bytes + in.dresidual_out_bytes;
+  // dresidual_out goes into the stages unless read directly (RowPlan::dro_direct).
+  const bool dro_direct = in.forced_dro_direct > 0 && in.dresidual_out_bytes > 0;
+  const int extra_bytes = in.dout_bytes + (dro_direct ? 0 : in.dresidual_out_bytes);
   if (in.many_heads || in.dout_bytes * vec % 16 != 0 || in.dresidual_out_bytes * vec % 16 != 0) return planned;
   const std::optional<GroupShape> shape = forced_group_shape(in, vec);
   if (!shape) return planned;
@@ -181,6 +183,7 @@ RowPlan with_group_backward_rows(const RowPlan& planned, const RowPlanInputs& in
   if (!ring) return planned;
   RowPlan& p = ring->plan;
   p.row_sums = true;  // the kernel sums dw/db (its groups' partials)
+  p.dro_direct = dro_direct;
   p.weight_smem = ring->side;
   p.smem_bytes = static_cast<int>(nk::bulk_rows_layout(slice_vectors, vec, h_bytes, extra_bytes,
                                                        p.weight_smem ? in.weight_bytes : 0, 0, p.group_stages)

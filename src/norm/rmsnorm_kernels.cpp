@@ -29,6 +29,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_weight_smem = o.weight_smem;
   in.forced_l2_next = o.l2_next;
   in.forced_shared_reads = o.shared_reads;
+  in.forced_dro_direct = o.dro_direct;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }
@@ -197,7 +198,8 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     e << "nk::norm_bwd_group_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
       << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
-      << flag(s.center) << ", " << flag(s.plan.weight_smem) << ", " << s.plan.group_stages << ">";
+      << flag(s.center) << ", " << flag(s.plan.weight_smem) << ", " << flag(s.plan.dro_direct) << ", "
+      << s.plan.group_stages << ">";
     return make(family(s.center, "_bwd_group"), "normkit/norm/norm_bwd_group.cuh", e.str());
   }
   if (s.plan.bulk_stages > 0) {

@@ -78,6 +78,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "reads" && backward) {
       NK_CHECK(value == "shared" || value == "pointer", variable, ": reads='", value, "' is not shared or pointer");
       o.shared_reads = value == "shared" ? 1 : -1;
+    } else if (key == "dro" && backward) {
+      NK_CHECK(value == "direct" || value == "stage", variable, ": dro='", value, "' is not direct or stage");
+      o.dro_direct = value == "direct" ? 1 : -1;
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
@@ -92,11 +95,12 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       if (!o.bulk_rows && !o.group_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads)"
+               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads, with row=group dro)"
                         : ", row, with row=bulk cluster and stages, with row=group stages)");
     }
   }
   NK_CHECK(o.bulk_rows || o.group_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk and row=group only");
+  NK_CHECK(o.group_rows || o.dro_direct == 0, variable, ": dro= applies to row=group only");
   // The grouped ring keeps two rows between publish and normalize (kGroupLookahead).
   NK_CHECK(!o.group_rows || o.bulk_stages == 0 || o.bulk_stages >= 4, variable, ": stages='", o.bulk_stages,
            "' is below 4, the fewest row=group takes");

@@ -32,6 +32,11 @@ TEST(RmsNormPlan, BackwardGroupRowsOverrideParses) {
   EXPECT_EQ(o.min_blocks, 3);
   EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=group,stages=3"), normkit::Error);
   EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=smem"), normkit::Error);
+  EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=group,dro=direct").dro_direct, 1);
+  EXPECT_EQ(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=group,dro=stage").dro_direct, -1);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=group,dro=regs"), normkit::Error);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,dro=direct"), normkit::Error);
+  EXPECT_THROW(rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=group,dro=direct"), normkit::Error);
 }
 
 // row=group's own shape: 256 threads, two vectors each, two CTAs an SM, as many stages
@@ -67,6 +72,18 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
   EXPECT_EQ(f.group_stages, 4);
   EXPECT_FALSE(f.weight_smem);
   EXPECT_EQ(f.smem_bytes, 4 * 16384);
+  // dro=direct: dresidual_out skips the stages, so LayerNorm's with it holds six of 16 KB
+  // beside the weight, as without it; without dresidual_out it changes nothing.
+  const RowPlan d = planned_bwd(262144, f32, f32, true, true, "row=group,dro=direct").plan;
+  EXPECT_TRUE(d.dro_direct);
+  EXPECT_EQ(d.group_stages, 6);
+  EXPECT_TRUE(d.weight_smem);
+  EXPECT_EQ(d.smem_bytes, 6 * 16384 + 8192);
+  EXPECT_NE(d.str().find(" dro_direct"), std::string::npos) << d.str();
+  const RowPlan n = planned_bwd(262144, f32, f32, true, false, "row=group,dro=direct").plan;
+  EXPECT_FALSE(n.dro_direct);
+  EXPECT_EQ(n.group_stages, 6);
+  EXPECT_FALSE(l.dro_direct);
 }
 
 // Planned by itself on sm_90 where it measured faster (group_backward_rows_measured),
@@ -158,12 +175,13 @@ TEST(RmsNormPlan, BackwardGroupSlotWord) {
 }
 
 // The kernels: both norms, bf16, fp16 and fp32, with and without dresidual_out, weights
-// of each dtype and none, dx of another dtype, under row=group's shapes: no spills for
+// of each dtype and none, dx of another dtype, under row=group's shapes (dresidual_out
+// staged or read directly): no spills for
 // sm_90a (and sm_100a).
 TEST_F(RmsNormKernelSweep, GroupRowsBackwardCompilesWithoutSpills) {
   int kernels = 0;
   for (const char* override_text : {"row=group", "row=group,minb=1,ept=32", "row=group,cta=512,minb=1",
-                                    "row=group,minb=3,ept=16", "row=group,w=global"})
+                                    "row=group,minb=3,ept=16", "row=group,w=global", "row=group,dro=direct"})
     for (const DType x : {bf16, f16, f32})
       for (std::int64_t n : {32768, 131072, 262144})
         for (const bool center : {false, true})

@@ -4,7 +4,8 @@ that exchange each row's sums through global memory give dx, dw, db and dresidua
 within the tolerance of the float64 reference through autograd: RMSNorm and LayerNorm
 under NORMKIT_BACKWARD_PLAN's row=group (bf16 and fp32 rows; weights of x's dtype and
 fp32 beside bf16; 16 to 128 slices; one to three CTAs an SM; the weight's slice in
-shared memory or not), with dresidual_out (prenorm), enough rows that every CTA walks
+shared memory or not), with dresidual_out (prenorm; staged, or read directly under
+dro=direct), enough rows that every CTA walks
 its ring round several times and a last partial round of groups, and fewer rows than
 the device holds groups; the same bits run to run, and with NORMKIT_SYNC_TIMEOUT_US=0,
 where every CTA computes its rows' slice sums itself from global memory instead of
@@ -42,9 +43,27 @@ def test_backward_group_rows(override, op, with_res, xdt, wdt, m, n):
     test_backward_bulk_rows(override, op, with_res, xdt, wdt, m, n)
 
 
+# dro=direct: dresidual_out read into registers, not staged (RowPlan::dro_direct), with the
+# stages that then fit (lookahead 4 where six do) and under three CTAs an SM.
+DRO_DIRECT_CASES = [
+    pytest.param("row=group,dro=direct", FP32, FP32, 37, 262144, id="fp32-N262144"),
+    pytest.param("row=group,dro=direct", BF16, BF16, 97, 131072, id="bf16-N131072"),
+    pytest.param("row=group,dro=direct", BF16, FP32, 203, 65536, id="bf16-wfp32-N65536"),
+    pytest.param("row=group,dro=direct,stages=4", FP32, FP32, 37, 262144, id="stages4-fp32-N262144"),
+    pytest.param("row=group,dro=direct,minb=3,ept=8", FP32, FP32, 45, 131072, id="minb3-fp32-N131072"),
+]
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("override,xdt,wdt,m,n", DRO_DIRECT_CASES)
+def test_backward_group_rows_dro_direct(override, op, xdt, wdt, m, n):
+    test_backward_bulk_rows(override, op, True, xdt, wdt, m, n)
+
+
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("xdt,n", [(FP32, 262144), (BF16, 65536)], ids=["fp32", "bf16"])
-def test_backward_group_rows_timeout_same_bits(op, xdt, n):
+@pytest.mark.parametrize("override", ["row=group", "row=group,dro=direct"])
+def test_backward_group_rows_timeout_same_bits(op, xdt, n, override):
     # NORMKIT_SYNC_TIMEOUT_US=0: no CTA waits; each computes every slice's sums of its
     # rows from global memory, with the arithmetic of the slices' own CTAs.
     m = 41
@@ -52,7 +71,7 @@ def test_backward_group_rows_timeout_same_bits(op, xdt, n):
     r = rand((m, n), xdt).requires_grad_()
     w = rand((n,), xdt).requires_grad_()
     b = rand((n,), xdt).requires_grad_() if op == "layernorm" else None
-    with plan_switch("NORMKIT_BACKWARD_PLAN", "row=group"):
+    with plan_switch("NORMKIT_BACKWARD_PLAN", override):
         waited = _grads(op, x, w, b, r, True)
         with plan_switch("NORMKIT_SYNC_TIMEOUT_US", "0"):
             computed = _grads(op, x, w, b, r, True)

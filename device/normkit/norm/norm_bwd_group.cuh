@@ -10,6 +10,9 @@
 // works and each byte is read once:
 //  - A CTA's slices of a row (h, dout, dresidual_out) arrive by cp.async.bulk in a
 //    ring of STAGES shared-memory stages and stay there until dx is written.
+//    DRO_DIRECT: dresidual_out, read only by dx's add, skips the ring: each thread loads
+//    its vectors into registers at the top of the step that writes the row's dx, so
+//    the stages hold h and dout alone and more of them fit.
 //  - Step j reads row j's slice once: its share of the row's sums of g * xhat (and
 //    LayerNorm's of g), published in global slots, and its columns' dw/db, which
 //    need only the saved rstd and mean and so do not wait for anyone.
@@ -51,7 +54,7 @@ constexpr int bwd_group_lookahead() {
 }
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
-          int STAGES>
+          bool DRO_DIRECT, int STAGES>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int TPR = Cfg::TPR;
@@ -68,7 +71,9 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
   static_assert(S <= 128, "a warp reads a row's slots, four a lane at most");
   static_assert(STAGES >= D + 2, "the ring holds the rows between publish and dx, and one loading");
   // A stage: the slice of h, then dout's, then dresidual_out's (the layout's "residual").
-  constexpr BulkRowsLayout L = bulk_rows_layout(TPR * ITEMS, VEC, sizeof(X), sizeof(DY) + size_or_zero<DRO>,
+  constexpr bool DRO_STAGED = !is_none<DRO> && !DRO_DIRECT;
+  constexpr BulkRowsLayout L = bulk_rows_layout(TPR * ITEMS, VEC, sizeof(X),
+                                                sizeof(DY) + (DRO_STAGED ? size_or_zero<DRO> : 0),
                                                 W_SMEM ? size_or_zero<W> : 0, 0, STAGES);
   constexpr unsigned DY_AT = L.x_bytes;
   constexpr unsigned DRO_AT = L.x_bytes + SLICE_ELEMS * sizeof(DY);
@@ -101,7 +106,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
     mbarrier_expect_bytes(&stage_full[s], L.slice_bytes);
     bulk_load(at, row_ptr<X>(p.x, p.shape, r) + slice_begin, L.x_bytes, &stage_full[s]);
     bulk_load(at + DY_AT, row_ptr<DY>(p.dout, p.shape, r) + slice_begin, SLICE_ELEMS * sizeof(DY), &stage_full[s]);
-    if constexpr (!is_none<DRO>)
+    if constexpr (DRO_STAGED)
       bulk_load(at + DRO_AT, row_ptr<DRO>(p.dresidual_out, p.shape, r) + slice_begin,
                 SLICE_ELEMS * size_or_zero<DRO>, &stage_full[s]);
   };
@@ -240,6 +245,16 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
   // Step j: publish row j's slice sums, write dx of row j - D (its slots in `slot`),
   // ask for row j + 1 - D's slots into `next`.
   auto step = [&](long long j, Slots& slot, Slots& next) {
+    // DRO_DIRECT: this thread's dresidual_out vectors of row j - D, in flight while row
+    // j's sums are made.
+    typename Row::DroPacked dro_direct[DRO_DIRECT ? ITEMS : 1];
+    if constexpr (DRO_DIRECT && !is_none<DRO>) {
+      if (j >= D) {
+        const Row early = Row::make(p, row_of(j - D), 0, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) dro_direct[k] = early.load_dro(static_cast<int>(slice_begin) + (k * TPR + tid) * VEC);
+      }
+    }
     if (j < my_rows) {  // row j: its slice sums published, its dw/db added
       const long long r = row_of(j);
       const int s = static_cast<int>(j % STAGES);
@@ -325,8 +340,13 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_bwd_group_kern
         float xh[VEC], g[VEC], d[VEC];
         expand_item(row, hs, ds, slice_begin, true, false, k, xh, g, d);
         const int v = k * TPR + tid;
-        row.template store_dx_at<false>(static_cast<int>(slice_begin) + v * VEC, xh, g, means,
-                        reinterpret_cast<const DRO*>(stage(s) + DRO_AT + v * (VEC * size_or_zero<DRO>)));
+        const int col = static_cast<int>(slice_begin) + v * VEC;
+        if constexpr (DRO_DIRECT) {
+          row.template store_dx_at<false>(col, xh, g, means, dro_direct[k]);
+        } else {
+          row.template store_dx_at<false>(col, xh, g, means,
+                                          reinterpret_cast<const DRO*>(stage(s) + DRO_AT + v * (VEC * size_or_zero<DRO>)));
+        }
       }
       __syncthreads();  // every thread's reads of stage s (and of row_means) done
       if (threadIdx.x == 0) {

@@ -206,8 +206,24 @@ struct NormBwdRow {
   template <bool XH_SCALED = true, class DS>
   __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
                                               const RowDots& dots, const DS* dro_at) const {
-    float dro[VEC];
+    float dro[VEC] = {};
     if constexpr (!is_none<DRO>) load_vec<VEC>(dro_at, dro);
+    store_dx_fused<XH_SCALED>(col, xh, g, dots, dro);
+  }
+  // The same with dresidual_out's vector raw in registers (norm_bwd_group_kernel's DRO_DIRECT).
+  template <bool XH_SCALED = true>
+  __device__ __forceinline__ void store_dx_at(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                              const RowDots& dots, const DroPacked& packed) const {
+    float dro[VEC] = {};
+    if constexpr (!is_none<DRO>) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) dro[i] = to_float(packed.v[i]);
+    }
+    store_dx_fused<XH_SCALED>(col, xh, g, dots, dro);
+  }
+  template <bool XH_SCALED>
+  __device__ __forceinline__ void store_dx_fused(int col, const float (&xh)[VEC], const float (&g)[VEC],
+                                                 const RowDots& dots, const float (&dro)[VEC]) const {
     const float xh_scale = -rstd * dots.gx_mean * (XH_SCALED ? 1.f : rstd);
     // Under FOLD_MEAN pass 2's xh is h itself: the mean's term moves into the shift.
     const float shift = !CENTER                      ? 0.f
