@@ -25,6 +25,7 @@ struct GroupShape {
   int threads = 256;
   int items = 2;
   int blocks = 2;
+  bool dro_direct = false;  // backward: RowPlan::dro_direct
 };
 
 // H200 (132 SMs), M*N = 2^27, ratio to a device copy of the same bytes, the plans without
@@ -60,6 +61,11 @@ struct GroupShape {
 // Slower in the same call, so not planned: fp32 at N=65536-131072 (0.81-0.92 against the
 // own 0.91-0.98), bf16 elsewhere (0.60-0.85 against 0.68-0.93; LayerNorm bf16 with
 // dresidual_out at N=262144 0.728 against 0.830).
+// dresidual_out read directly (RowPlan::dro_direct; six stages beside the weight instead of
+// four, lookahead 4), same call, two runs each (885c9e1, scripts/plan_cases/group-dro-direct.txt,
+// docs/perf/h200-2026-12-03e.md section 3): fp32 N=262144 RMSNorm 0.845 -> 0.887, LayerNorm
+// 0.822 -> 0.870 (lookahead 2: 0.876 / 0.859); bf16 lost everywhere (LayerNorm N=131072 0.790
+// -> 0.683, RMSNorm under row=group 0.845 -> 0.734), so fp32 only.
 std::optional<GroupShape> group_backward_rows_measured(const RowPlanInputs& in) {
   const bool dro = in.residual;
   if (in.arch != 90 || in.few_rows || in.many_heads || !in.param_grads || in.dresidual_output ||
@@ -69,7 +75,7 @@ std::optional<GroupShape> group_backward_rows_measured(const RowPlanInputs& in) 
   const bool fp32_long = in.x_bytes == 4 && in.n > 131072 && in.n <= 262144;
   const bool ln_bf16_dro = in.x_bytes == 2 && in.center && dro && in.n > 65536 && in.n <= 131072;
   if (!fp32_long && !ln_bf16_dro) return std::nullopt;
-  return GroupShape{256, 2, 2};
+  return GroupShape{256, 2, 2, fp32_long && dro};
 }
 
 std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {
@@ -111,6 +117,7 @@ RowPlanInputs with_measured_group_rows(const RowPlanInputs& in) {
   out.forced_cta_threads = shape->threads;
   out.forced_elems_per_thread = shape->items * (16 / in.x_bytes);
   out.forced_min_blocks = shape->blocks;
+  if (shape->dro_direct) out.forced_dro_direct = 1;
   return out;
 }
 

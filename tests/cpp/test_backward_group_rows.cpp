@@ -87,8 +87,8 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
 }
 
 // Planned by itself on sm_90 where it measured faster (group_backward_rows_measured),
-// written out as the H200 plan cases gave it: fp32 at N=262144, LayerNorm bf16 with
-// dresidual_out at N=131072; nowhere under another override, NORMKIT_GROUP_ROWS=0,
+// written out as the H200 plan cases gave it: fp32 at N=262144 (dresidual_out read
+// directly), LayerNorm bf16 with dresidual_out at N=131072 (staged); nowhere under another override, NORMKIT_GROUP_ROWS=0,
 // sm_100, fp16, mixed dtypes, per-head weights, no dw, a separate dresidual.
 TEST(RmsNormPlan, BackwardGroupRowsWhereMeasured) {
   auto measured = [](std::int64_t n, DType x, bool center, bool dro) {
@@ -103,8 +103,10 @@ TEST(RmsNormPlan, BackwardGroupRowsWhereMeasured) {
           const RowPlan p = planned_bwd(n, x, x, center, dro, "").plan;
           EXPECT_EQ(p.group_stages > 0, measured(n, x, center, dro)) << what << " " << p.str();
           if (!measured(n, x, center, dro)) continue;
-          // The shape row=group asks for.
-          const RowPlan forced = planned_bwd(n, x, x, center, dro, "row=group").plan;
+          // The shape row=group asks for; fp32's dresidual_out read directly (dro=direct).
+          EXPECT_EQ(p.dro_direct, x == f32 && dro) << what << " " << p.str();
+          const RowPlan forced =
+              planned_bwd(n, x, x, center, dro, x == f32 && dro ? "row=group,dro=direct" : "row=group").plan;
           EXPECT_EQ(p.str(), forced.str()) << what;
           EXPECT_EQ(planned_bwd(n, x, x, center, dro, "row=regs").plan.group_stages, 0) << what;
           EXPECT_EQ(planned_bwd(n, x, x, center, dro, "", 100).plan.group_stages, 0) << what;
