@@ -44,13 +44,12 @@ def test_backward_group_rows(override, op, with_res, xdt, wdt, m, n):
 
 
 # dro=direct: dresidual_out read into registers, not staged (RowPlan::dro_direct), with the
-# stages that then fit (lookahead 4 where six do) and under three CTAs an SM.
+# stages that then fit (lookahead 4 where six do), four stages with the weight in global
+# memory, and three CTAs an SM: CASES' shapes of those ids.
 DRO_DIRECT_CASES = [
-    pytest.param("row=group,dro=direct", FP32, FP32, 37, 262144, id="fp32-N262144"),
-    pytest.param("row=group,dro=direct", BF16, BF16, 97, 131072, id="bf16-N131072"),
-    pytest.param("row=group,dro=direct", BF16, FP32, 203, 65536, id="bf16-wfp32-N65536"),
-    pytest.param("row=group,dro=direct,stages=4", FP32, FP32, 37, 262144, id="stages4-fp32-N262144"),
-    pytest.param("row=group,dro=direct,minb=3,ept=8", FP32, FP32, 45, 131072, id="minb3-fp32-N131072"),
+    pytest.param(c.values[0] + ",dro=direct", *c.values[1:], id=c.id) for c in CASES
+    if c.id in ("fp32-N262144-s128", "bf16-N131072-s32", "bf16-wfp32-N65536-s16", "wglobal-fp32-N262144",
+                "minb3-fp32-N131072")
 ]
 
 
