@@ -6,7 +6,10 @@
 # METHOD.md).
 #   usage: NORMKIT_COMMIT=<hash> [CASE_S=90] [KERNEL=norm_bwd_kernel] bash scripts/ncu_backward.sh scripts/ncu_cases/<file>.txt
 # KERNEL=norm_fwd_kernel profiles the same step's forward row kernel instead (the
-# override is still NORMKIT_BACKWARD_PLAN's: forward cases take `-`).
+# override is still NORMKIT_BACKWARD_PLAN's: forward cases take `-`). A case whose flags
+# hold `--forward liger` profiles Liger-Kernel's forward kernel (KERNEL= a regex naming
+# both, e.g. 'norm_fwd_kernel|_rms_norm_forward|_layer_norm_forward'), from the carried
+# .whl/ (scripts/peer_wheels.sh).
 # Cases file: one case a line, `label ; override ; ncu_driver.py flags`, where override
 # is a NORMKIT_BACKWARD_PLAN value or `-` for the plan's own; `#` starts a comment. Each
 # case profiles the third training step's backward row kernel (norm_bwd_kernel: not
@@ -26,6 +29,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -m pip install --no-build-isolation --no-deps . >/tmp/ncu-build.log 2>&1 \
   || { tail -n 30 /tmp/ncu-build.log; exit 2; }
 echo "build done at ${SECONDS}s"
+# shellcheck source=peer_wheels.sh
+source scripts/peer_wheels.sh
+if install_peer_wheels python3 /tmp/ncu-site >/tmp/ncu-peers.log 2>&1; then
+  [ -d /tmp/ncu-site ] && export PYTHONPATH=/tmp/ncu-site${PYTHONPATH:+:$PYTHONPATH}
+else
+  echo "peer wheels did not install (peer cases will fail):"; tail -n 5 /tmp/ncu-peers.log
+fi
 : >"$OUT/ncu.csv"
 trim() { local v=$1; v=${v#"${v%%[![:space:]]*}"}; echo "${v%"${v##*[![:space:]]}"}"; }
 while IFS=';' read -r label override flags; do

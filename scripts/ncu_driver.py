@@ -4,6 +4,12 @@ random inputs, for Nsight Compute to profile a chosen launch of the backward (se
 scripts/ncu_backward.sh). A diagnostic, not a test: it checks nothing.
 
     python3 scripts/ncu_driver.py --op layernorm --dtype bf16 --n 65536 [--m ROWS] [--dro] [--calls 4]
+    python3 scripts/ncu_driver.py --forward liger --op rmsnorm --dtype fp32 --n 512 --dro
+
+--forward IMPL: inference forward calls alone (under no_grad, as `normkit bench` times
+them), of normkit or of Liger-Kernel (its RMSNorm, fused add RMSNorm or LayerNorm
+function, as the benchmark calls them), so that a peer's kernel is profiled on the
+same inputs as ours (ncu_backward.sh's KERNEL= names the kernel to profile).
 
 --dro: a residual with prenorm=True, so the backward gets dresidual_out (residual_out's
 gradient); the residual itself does not require grad. M defaults to 2^27 / N, the
@@ -27,6 +33,8 @@ def main():
     ap.add_argument("--m", type=int, default=0, help="rows (default 2^27 / N)")
     ap.add_argument("--dro", action="store_true", help="with a residual and prenorm: the backward's dresidual_out")
     ap.add_argument("--calls", type=int, default=4, help="training steps; the first compiles the kernels")
+    ap.add_argument("--forward", choices=("normkit", "liger"), default=None,
+                    help="forward calls alone under no_grad, of this implementation (--dro: with a residual)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         ap.error("no CUDA device: this drives the GPU kernels for Nsight Compute")
@@ -38,6 +46,9 @@ def main():
     def rand(*shape):
         return torch.randn(*shape, device="cuda", dtype=dt, generator=gen)
 
+    if a.forward:
+        forward_calls(a, m, rand)
+        return
     x, w = rand(m, a.n).requires_grad_(), rand(a.n).requires_grad_()
     b = rand(a.n).requires_grad_() if a.op == "layernorm" else None
     res = rand(m, a.n) if a.dro else None
@@ -51,6 +62,42 @@ def main():
         torch.autograd.backward(outs, douts)
     torch.cuda.synchronize()
     print(f"{a.op} {a.dtype} M={m} N={a.n} dro={a.dro}: {a.calls} steps")
+
+
+def forward_calls(a, m, rand):
+    x, w = rand(m, a.n), rand(a.n)
+    b = rand(a.n) if a.op == "layernorm" else None
+    res = rand(m, a.n) if a.dro else None
+    eps = 1e-6
+    if a.forward == "liger":
+        if a.op == "layernorm":
+            if a.dro:
+                raise SystemExit("Liger-Kernel's LayerNorm has no residual add")
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction as fn
+
+            def call():
+                return fn.apply(x, w, b, eps)
+        elif a.dro:
+            from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction as fn
+
+            def call():
+                return fn.apply(x, res, w, eps, 0.0, "llama", False)
+        else:
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction as fn
+
+            def call():
+                return fn.apply(x, w, eps, 0.0, "llama", False)
+    elif a.op == "rmsnorm":
+        def call():
+            return nkt.rmsnorm(x, w, residual=res, prenorm=a.dro)
+    else:
+        def call():
+            return nkt.layernorm(x, w, b, res, prenorm=a.dro)
+    with torch.no_grad():
+        for _ in range(a.calls):
+            call()
+    torch.cuda.synchronize()
+    print(f"{a.forward} {a.op} {a.dtype} M={m} N={a.n} residual={a.dro}: {a.calls} forward calls")
 
 
 if __name__ == "__main__":
