@@ -480,7 +480,9 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   // latency less per call; more registers, which they can spare). H200 by graph
   // replay, bf16 without residual: M=1 N=4096 3.88 -> 2.43 us, M=128 N=4096 4.19
   // -> 2.93 us (copy 1.6 and 2.2 us).
-  if (!in.backward && in.few_rows && p.regs && !p.prefetch && p.threads() <= 256) p.early_params = true;
+  // NORMKIT_FORWARD_PLAN's early=1 asks it of calls of many rows too (to measure).
+  if (!in.backward && (in.few_rows || in.forced_early_params) && p.regs && !p.prefetch && p.threads() <= 256)
+    p.early_params = true;
 
   // Forward rows of 1024-thread CTAs (one per SM) read weight and bias after the
   // reduction, item by item next to the stores: the pointers may alias, so each

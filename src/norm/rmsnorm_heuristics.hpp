@@ -157,6 +157,7 @@ struct RowPlanInputs {
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   int forced_shared_reads = 0;  // backward: RowPlan::shared_reads asked for (1, reads=shared) or refused (-1, reads=pointer)
   int forced_dro_direct = 0;  // backward: RowPlan::dro_direct asked for (1, dro=direct) or refused (-1, dro=stage)
+  bool forced_early_params = false;  // forward: RowPlan::early_params asked for in a call of many rows (early=1)
   bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
   bool forced_group_rows = false;  // RowPlan::group_stages asked for (row=group, or group_rows_measured)
   // RowPlan::group_stages may be planned (NORMKIT_GROUP_ROWS; the host refuses it where
@@ -171,7 +172,8 @@ struct RowPlanInputs {
   bool any_forced() const {
     return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
            forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
-           forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct;
+           forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct ||
+           forced_early_params;
   }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.

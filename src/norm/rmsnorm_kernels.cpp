@@ -30,6 +30,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_l2_next = o.l2_next;
   in.forced_shared_reads = o.shared_reads;
   in.forced_dro_direct = o.dro_direct;
+  in.forced_early_params = o.early_params;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }

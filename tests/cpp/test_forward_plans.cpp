@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "normkit/runtime/config.hpp"
+#include "normkit/runtime/error.hpp"
 #include "rmsnorm_test_specs.hpp"
 
 using namespace rmsnorm_test;
@@ -246,6 +248,31 @@ TEST(RmsNormPlan, ForwardPlanOverrideReplacesItsFields) {
   EXPECT_TRUE(plan_fwd(plain, 8, 90).prefetch);
   plain.plan_override.no_prefetch = true;
   EXPECT_FALSE(plan_fwd(plain, 8, 90).prefetch);
+}
+
+// early=1: weight and bias loaded with the row in calls of many rows too, where the
+// plan is register rows of <= 256 threads without the pipeline; one CTA per SM's
+// registers as calls of few rows have unless minb= says otherwise. The backward's
+// override has no such key.
+TEST(RmsNormPlan, ForwardEarlyParamsOverride) {
+  EXPECT_TRUE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "early=1,ept=16").early_params);
+  EXPECT_TRUE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "early=1").any());
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "early=0"), normkit::Error);
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "early=1"), normkit::Error);
+  RmsFwdSpec f = plain_fwd_spec(512, f32);
+  f.residual = f.residual_out = f32;
+  const RowPlan own = plan_fwd(f, 4, 90);
+  EXPECT_FALSE(own.early_params) << own.str();
+  f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "early=1,ept=16");
+  const RowPlan early = plan_fwd(f, 4, 90);
+  EXPECT_TRUE(early.early_params) << early.str();
+  EXPECT_EQ(early.min_blocks, 1) << early.str();
+  f.plan_override.min_blocks = 3;
+  EXPECT_EQ(plan_fwd(f, 4, 90).min_blocks, 3);
+  // 1024-thread rows (bf16 N=32768) keep their epilogue.
+  RmsFwdSpec wide = plain_fwd_spec(32768, bf16);
+  wide.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "early=1");
+  EXPECT_FALSE(plan_fwd(wide, 8, 90).early_params);
 }
 
 // Decode calls (few rows) at N=4096 and 8192 on sm_90 (with_decode_rows): 16-bit

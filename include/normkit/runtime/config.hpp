@@ -36,9 +36,11 @@ struct PlanOverride {
   int l2_next = 0;           // l2= (backward only): 1 next (the next row's slice prefetched into L2), -1 off, 0 the plan's
   int shared_reads = 0;      // reads= (backward, row=bulk): 1 shared (RowPlan::shared_reads), -1 pointer, 0 the plan's
   int dro_direct = 0;        // dro= (backward, row=group): 1 direct (RowPlan::dro_direct), -1 stage, 0 the plan's
+  bool early_params = false;  // early=1 (forward only): RowPlan::early_params in calls of many rows too
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
-           weight_smem || l2_next || bulk_rows || bulk_stages || group_rows || shared_reads || dro_direct;
+           weight_smem || l2_next || bulk_rows || bulk_stages || group_rows || shared_reads || dro_direct ||
+           early_params;
   }
 };
 
