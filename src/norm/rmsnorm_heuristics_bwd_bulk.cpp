@@ -119,15 +119,20 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // latency (its wait, two passes, the reduction, the barrier that frees it) bounds one
 // CTA, and more columns a thread give each stage more bytes. Two 256-thread CTAs an SM
 // (cta=256,minb=2) or four of 128 were no faster than one of 512 at these ept.
+// RMSNorm without it at N=16384, one row a stage of one 512-thread CTA at ept=32 (four
+// vectors a thread): 0.856 -> 0.899 (one run, scripts/plan_cases/rms-bf16-dro-131072.txt
+// at 468a5e8 on an H100 80GB HBM3 given for the H200: docs/perf/h200-2026-12-06.md; the
+// H200 sweep at ed6bfb1 had the register rows at 0.882, 8.5 % under N=8192's 0.964).
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
 // 0.92-1.0x), N between powers of two, N < 256, per-head weights.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
   // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
   if (in.any_forced() || in.arch != 90 || in.few_rows || in.many_heads || in.x_bytes != 2 || in.x_fp16 || in.n < 256 ||
-      in.n > 8192 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
+      in.n > 16384 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
       in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
     return 0;
+  if (in.n == 16384) return !in.center && !dro ? 32 : 0;
   if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
   if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;
   return in.n == 8192 ? 16 : 0;

@@ -52,7 +52,8 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
   };
   // Short bf16 rows (bulk_backward_short_rows_ept): the ept= they measured fastest at.
   auto short_ept = [](std::int64_t n, DType x, bool center, bool dro) {
-    if (x != bf16 || n < 256 || n > 8192 || (n & (n - 1)) != 0) return 0;
+    if (x != bf16 || n < 256 || n > 16384 || (n & (n - 1)) != 0) return 0;
+    if (n == 16384) return !center && !dro ? 32 : 0;
     if (center) return dro ? 16 : n >= 512 ? 32 : 0;
     if (dro) return n >= 1024 && n <= 4096 ? 16 : 0;
     return n == 8192 ? 16 : 0;
@@ -289,7 +290,8 @@ TEST_F(RmsNormKernelSweep, BackwardBulkShortRowsCompileWithoutSpills) {
   for (const char* override_text : {"", "row=bulk", "row=bulk,ept=16", "row=bulk,ept=32", "row=bulk,ept=32,cta=256",
                                     "row=bulk,cta=256,minb=2"})
     for (const auto& [n, x] : {std::tuple{256, bf16}, std::tuple{1024, bf16}, std::tuple{1536, bf16},
-                               std::tuple{8192, bf16}, std::tuple{2048, f16}, std::tuple{1024, f32}})
+                               std::tuple{8192, bf16}, std::tuple{16384, bf16}, std::tuple{2048, f16},
+                               std::tuple{1024, f32}})
       for (const bool center : {false, true})
         for (const bool dro : {false, true}) {
           const RmsBwdSpec b = planned_bwd(n, x, x, center, dro, override_text);

@@ -139,8 +139,10 @@ TEST(RmsNormPlan, SharedMemorySumsForSixteenBitRowsBeyondRegisterSums) {
   EXPECT_TRUE(rms4096.smem_sums && rms4096.threads() == 128 && rms4096.min_blocks == 5) << rms4096.str();
   EXPECT_FALSE(plan(16384, bf16, false, false, "sm_90a").smem_sums);         // forward
   // Turned off (NORMKIT_SMEM_SUMS=0): the column pass, as before the sums existed.
+  // (Under row=regs: sm_90's bulk ring takes N=16384 by itself, bulk_backward_short_rows_ept.)
   RmsBwdSpec off = plain_bwd_spec(16384);
   off.smem_sums_allowed = false;
+  off.plan_override = register_rows();
   EXPECT_FALSE(plan_bwd(off, 8, 90).smem_sums);
   EXPECT_FALSE(plan_bwd(off, 8, 90).row_sums);
   off.n = 32768;  // the pair of CTAs, whose sums are in registers (below)

@@ -90,7 +90,8 @@ def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
 
 # The plans' own bulk rows, unforced, not calls of few rows (M * N > 2^23): the short
 # rows (bulk_backward_short_rows_ept: bf16 at N=256-8192, LayerNorm at ept=16 with
-# dresidual_out and 32 without, RMSNorm at 16; M leaves the last group short), among
+# dresidual_out and 32 without, RMSNorm at 16, and RMSNorm without it at N=16384 at 32,
+# one row a stage; M leaves the last group short), among
 # them LayerNorm's with dresidual_out at N=2048-8192 on the shared reads, and bf16 rows with
 # dresidual_out at N=16384 (the shared reads over a pair of CTAs); the long rows in
 # several CTAs an SM (bulk_backward_measured_ctas): LayerNorm at N=16384-32768 in three
@@ -98,7 +99,8 @@ def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
 # of 128, RMSNorm at N=32768-131072 in two of 256.
 @pytest.mark.parametrize("op,with_res,n", [
     ("layernorm", False, 1024), ("layernorm", True, 1024), ("layernorm", False, 8192), ("layernorm", True, 256),
-    ("layernorm", True, 2048), ("layernorm", True, 4096), ("rmsnorm", True, 2048), ("rmsnorm", False, 8192), ("layernorm", True, 16384),
+    ("layernorm", True, 2048), ("layernorm", True, 4096), ("rmsnorm", True, 2048), ("rmsnorm", False, 8192),
+    ("rmsnorm", False, 16384), ("layernorm", True, 16384),
     ("rmsnorm", True, 16384), ("layernorm", False, 16384), ("layernorm", False, 32768), ("layernorm", True, 32768),
     ("layernorm", True, 65536), ("rmsnorm", False, 32768), ("rmsnorm", False, 65536), ("rmsnorm", False, 131072)])
 def test_backward_bulk_rows_own_plan(op, with_res, n):
