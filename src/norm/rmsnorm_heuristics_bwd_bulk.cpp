@@ -121,8 +121,10 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // (cta=256,minb=2) or four of 128 were no faster than one of 512 at these ept.
 // RMSNorm without it at N=16384, one row a stage of one 512-thread CTA at ept=32 (four
 // vectors a thread): 0.856 -> 0.899 (one run, scripts/plan_cases/rms-bf16-dro-131072.txt
-// at 468a5e8 on an H100 80GB HBM3 given for the H200: docs/perf/h200-2026-12-06.md; the
-// H200 sweep at ed6bfb1 had the register rows at 0.882, 8.5 % under N=8192's 0.964).
+// at 468a5e8 on an H100 80GB HBM3 given for the H200), and as this plan at 9478978
+// against row=regs 0.880 -> 0.903 in another call (docs/perf/h200-2026-12-06.md). Not
+// yet timed on an H200, whose sweep at ed6bfb1 had the register rows at 0.882, 8.5 %
+// under N=8192's 0.964.
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
 // 0.92-1.0x), N between powers of two, N < 256, per-head weights.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
