@@ -67,7 +67,9 @@ def test_residual(xdt, rdt, res_dt, prenorm):
 # plain register rows of one 512-thread CTA with NORMKIT_SMEM_SUMS=0), without it at
 # N=2049-4096 (128 threads; the cp.async ring with the switch off); without
 # dresidual_out, N=8193-16384's shared-memory sums run two CTAs per SM
-# (test_rmsnorm_plans.cpp). M*N above 2^23, so not the plan of few rows.
+# (test_rmsnorm_plans.cpp; bf16 N=16384 with a bf16 weight on sm_90 takes the bulk
+# ring's short rows instead, bulk_backward_short_rows_ept, and fp16 N=12000 keeps
+# them). M*N above 2^23, so not the plan of few rows.
 @pytest.mark.parametrize("smem_sums", ["1", "0"], ids=["smem-sums", "register-rows"])
 @pytest.mark.parametrize("xdt,wdt,n,with_res", [(BF16, BF16, 8192, True), (FP16, FP32, 6144, True),
                                                 (BF16, BF16, 16384, False), (FP16, FP32, 12000, False),
