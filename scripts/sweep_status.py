@@ -8,10 +8,13 @@ bench.json: the counts that docs/perf/h200.md's "Current status" reports.
   - cliffs: rows whose ratio is more than 5 % from a neighbour's (the next smaller or
     larger N of the same op, direction, dtype and residual).
 
-With --list, the rows below target are listed; with --against OLD.json, every row
-whose ratio moved by more than --threshold (default 2 %) since OLD.json.
+With --list, the rows below target, the rows a peer was faster on (both times) and the
+cliffs (with the neighbours' ratios) are listed; with --against OLD.json, every row
+whose ratio moved by more than --threshold (default 2 %) since OLD.json. --op keeps one
+operator's rows (issue 4 is RMSNorm's, issue 5 LayerNorm's).
 
     python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json --list
+    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json --list --op rmsnorm
     python3 scripts/sweep_status.py NEW.json --against OLD.json
 """
 import argparse
@@ -29,12 +32,12 @@ def target(direction, n):
     return FORWARD_TARGET if direction == "fwd" else BACKWARD_TARGET
 
 
-def sweep_rows(doc):
+def sweep_rows(doc, op=None):
     """{(op, direction, dtype, residual, N): row} of normkit's timed sweep rows, and
-    the peers' sweep rows as a list."""
+    the peers' sweep rows as a list; only `op`'s when given."""
     ours, peers = {}, []
     for r in doc["rows"]:
-        if r["kind"] != "sweep" or r["status"] != "ok":
+        if r["kind"] != "sweep" or r["status"] != "ok" or (op and r["op"] != op):
             continue
         key = (r["op"], r["direction"], r["dtype"], bool(r["residual"]), r["N"])
         if r["impl"] == "normkit":
@@ -44,17 +47,22 @@ def sweep_rows(doc):
     return ours, peers
 
 
-def status(doc):
-    ours, peers = sweep_rows(doc)
+def status(doc, op=None):
+    ours, peers = sweep_rows(doc, op)
     below = sorted((k, r["ratio_to_copy"]) for k, r in ours.items() if r["ratio_to_copy"] < target(k[1], k[4]))
     faster = collections.defaultdict(lambda: [0, 0])  # peer -> [rows ran, rows faster]
+    faster_rows = []  # (peer, key, normkit us, peer us)
     for key, r in peers:
         if key in ours:
             faster[r["impl"]][0] += 1
             faster[r["impl"]][1] += r["us"] < ours[key]["us"]
+            if r["us"] < ours[key]["us"]:
+                faster_rows.append((r["impl"], key, ours[key]["us"], r["us"]))
     decode = collections.Counter()
     decode_rows = 0
     for lat in doc.get("latency") or []:
+        if op and lat.get("op", op) != op:
+            continue
         mine = lat["us"].get("normkit")
         if mine is None:
             continue
@@ -65,20 +73,22 @@ def status(doc):
     groups = collections.defaultdict(dict)
     for k, r in ours.items():
         groups[k[:4]][k[4]] = r["ratio_to_copy"]
-    cliffs = []
+    cliffs, cliff_context = [], {}
     for g, by_n in groups.items():
         ns = sorted(by_n)
         for i, n in enumerate(ns):
             near = [by_n[ns[j]] for j in (i - 1, i + 1) if 0 <= j < len(ns)]
             if any(abs(by_n[n] - v) / v > CLIFF for v in near):
                 cliffs.append(g + (n,))
+                cliff_context[g + (n,)] = [(m, by_n[m]) for m in ns[max(0, i - 1):i + 2]]
     return {"rows": len(ours), "below": below, "peers": dict(faster), "decode": dict(decode),
-            "decode_rows": decode_rows, "cliffs": sorted(cliffs)}
+            "decode_rows": decode_rows, "cliffs": sorted(cliffs), "faster_rows": sorted(faster_rows),
+            "cliff_context": cliff_context}
 
 
-def moved(old_doc, new_doc, threshold):
-    old, _ = sweep_rows(old_doc)
-    new, _ = sweep_rows(new_doc)
+def moved(old_doc, new_doc, threshold, op=None):
+    old, _ = sweep_rows(old_doc, op)
+    new, _ = sweep_rows(new_doc, op)
     out = []
     for k in sorted(new):
         if k in old:
@@ -99,9 +109,10 @@ def main(argv):
     ap.add_argument("--list", action="store_true", help="list the rows below target")
     ap.add_argument("--against", metavar="OLD_JSON", help="list the rows that moved since this sweep")
     ap.add_argument("--threshold", type=float, default=0.02, help="relative move that --against lists (0.02)")
+    ap.add_argument("--op", choices=("rmsnorm", "layernorm"), help="only this operator's rows")
     args = ap.parse_args(argv)
     doc = json.load(open(args.bench_json))
-    s = status(doc)
+    s = status(doc, args.op)
     print(f"bandwidth: {len(s['below'])} of {s['rows']} rows below target")
     for peer, (ran, won) in sorted(s["peers"].items()):
         print(f"peers: {peer} faster on {won} of {ran} rows")
@@ -110,8 +121,14 @@ def main(argv):
     if args.list:
         for key, ratio in s["below"]:
             print(f"  below: {name(key)} {ratio:.3f} (target {target(key[1], key[4]):.2f})")
+        for peer, key, ours_us, peer_us in s["faster_rows"]:
+            print(f"  {peer} faster: {name(key)} {peer_us:.1f} against {ours_us:.1f} us "
+                  f"({(ours_us / peer_us - 1) * 100:.1f} %)")
+        for key in s["cliffs"]:
+            near = ", ".join(f"{m}: {r:.3f}" for m, r in s["cliff_context"][key])
+            print(f"  cliff: {name(key)} ({near})")
     if args.against:
-        for key, a, b in moved(json.load(open(args.against)), doc, args.threshold):
+        for key, a, b in moved(json.load(open(args.against)), doc, args.threshold, args.op):
             print(f"  moved: {name(key)} {a:.3f} -> {b:.3f} ({(b / a - 1) * 100:+.1f} %)")
     return 0
 

@@ -70,3 +70,21 @@ def test_rows_that_moved(sweep_status, capsys, tmp_path):
     assert "below: rmsnorm bwd bf16 N=1024 0.850 (target 0.88)" in out
     assert "moved: rmsnorm bwd bf16 N=1024 0.800 -> 0.850 (+6.2 %)" in out
     assert "N=2048" not in out.split("moved:")[-1]
+
+
+def test_one_operator_and_the_listed_peer_rows_and_cliffs(sweep_status, capsys, tmp_path):
+    layernorm = dict(row("fwd", 1024, 0.5), op="layernorm")
+    rows = [row("fwd", 1024, 0.95, us=10.0), row("fwd", 1024, 0.9, impl="liger", us=9.5),
+            row("fwd", 2048, 0.85), layernorm]
+    latency = [{"op": "rmsnorm", "us": {"normkit": 2.0, "liger": 1.9}},
+               {"op": "layernorm", "us": {"normkit": 2.0, "liger": 1.8}}]
+    s = sweep_status.status(doc(rows, latency), op="rmsnorm")
+    assert s["rows"] == 2 and s["decode_rows"] == 1
+    assert s["faster_rows"] == [("liger", ("rmsnorm", "fwd", "bf16", False, 1024), 10.0, 9.5)]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc(rows, latency)))
+    assert sweep_status.main([str(path), "--list", "--op", "rmsnorm"]) == 0
+    out = capsys.readouterr().out
+    assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %)" in out
+    assert "cliff: rmsnorm fwd bf16 N=2048 (1024: 0.950, 2048: 0.850)" in out
+    assert "layernorm" not in out
