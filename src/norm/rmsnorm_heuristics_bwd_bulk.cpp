@@ -33,8 +33,14 @@ constexpr int kBulkBackwardMaxStages = 8;
 // bf16 rows with dresidual_out at N=16384 on the shared reads (row=bulk,reads=shared;
 // plan_cases/forward-params-ahead.txt at b254296, two rounds, docs/perf/h200-2026-12-02d.md):
 // LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991.
+// RMSNorm bf16 with dresidual_out at N=131072 over 16 CTAs (row=bulk,cluster=16; the
+// reads on shared memory, four stages): 0.853 -> 0.944 (over 8: 0.940) on the H200 in
+// one call (scripts/plan_cases/rms-bf16-dro-131072.txt at d7c3b45, docs/perf/
+// h200-2026-12-06b.md), where its register rows over 16 CTAs had been 0.847-0.853 in
+// the sweeps; on an H100 the two were level (0.961 / 0.966, h200-2026-12-06.md).
 // Slower or level elsewhere: N=16384 but LayerNorm's without dresidual_out (-1 to -5 %),
-// RMSNorm bf16 with dresidual_out N=32768-131072 (-2 to -7 %), LayerNorm bf16 with it
+// RMSNorm bf16 with dresidual_out N=32768-65536 (-2 to -7 %; N=131072 at deefadb too,
+// before the ring's shared reads and more stages), LayerNorm bf16 with it
 // N=16384 on the pointer reads (-4 %), the fp32 rows with it N=16384-65536 (-1 to -4 %, RMSNorm N=65536
 // +1.5 %, left alone), RMSNorm fp32 N=32768 (+1 %). fp32 rows at N=262144 take no
 // ring (two of their stages do not fit), so they keep their own plan.
@@ -50,7 +56,7 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
     if (in.x_fp16) return false;  // bf16 measured
     // With dresidual_out at N=16384: on the shared reads only (shared_reads_planned).
     if (in.center) return true;
-    return dro ? in.n > 131072 || in.n == 16384 : in.n >= 32768;
+    return dro ? in.n >= 131072 || in.n == 16384 : in.n >= 32768;
   }
   if (in.x_bytes != 4) return false;
   if (in.n > 131072) return false;
