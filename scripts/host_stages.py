@@ -19,6 +19,12 @@ C++ loops, what the C++ path does per call:
                                 kernel: the host's own cost, no GPU back-pressure
   cuLaunchKernelEx PDL, free    an empty kernel with the PDL attribute (the driver floor)
   cuLaunchKernelEx PDL, queued  the same behind the spinning kernel
+  cuLaunchKernelEx no attribute, cuLaunchKernel, empty_kernel<<<>>>
+                                the empty kernel without PDL, by the older driver
+                                entry point and by the runtime (as PyTorch launches)
+
+NORMKIT_PDL=0 in the environment takes PDL off normkit's own launches (the C API and
+the public call), to compare a run with it against one without.
 
 and from Python, for the layers above: the public call, torch.empty_like, and a
 call of an empty C function (the interpreter's floor).
@@ -59,6 +65,7 @@ CPP = r"""
 namespace nn = normkit::norm;
 
 void launch_spin(volatile int* flag, cudaStream_t s);
+void launch_empty(cudaStream_t s);
 void* empty_kernel_address();
 
 namespace {
@@ -108,6 +115,18 @@ std::map<std::string, double> stages(torch::Tensor x, torch::Tensor w, torch::Te
   lc.attrs = &pdl;
   lc.numAttrs = 1;
   auto empty_launch = [&] { TORCH_CHECK(cuLaunchKernelEx(&lc, empty_fn, nullptr, nullptr) == CUDA_SUCCESS); };
+  // The same launch without the attribute, and through the older entry points: what PDL
+  // itself costs the host, against what PyTorch's own launches (cudaLaunchKernel) pay.
+  CUlaunchConfig plain_lc = lc;
+  plain_lc.attrs = nullptr;
+  plain_lc.numAttrs = 0;
+  auto empty_launch_plain = [&] {
+    TORCH_CHECK(cuLaunchKernelEx(&plain_lc, empty_fn, nullptr, nullptr) == CUDA_SUCCESS);
+  };
+  auto empty_launch_legacy = [&] {
+    TORCH_CHECK(cuLaunchKernel(empty_fn, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr) == CUDA_SUCCESS);
+  };
+  auto empty_launch_runtime = [&] { launch_empty(stream); };
 
   c10::Allocator* alloc = c10::GetAllocator(c10::DeviceType::CUDA);
   const std::vector<int64_t> sizes{1, n};
@@ -124,6 +143,9 @@ std::map<std::string, double> stages(torch::Tensor x, torch::Tensor w, torch::Te
        }},
       {"normkit C API, free", normkit_fwd},
       {"cuLaunchKernelEx PDL, free", empty_launch},
+      {"cuLaunchKernelEx no attribute, free", empty_launch_plain},
+      {"cuLaunchKernel, free", empty_launch_legacy},
+      {"empty_kernel<<<>>> (runtime), free", empty_launch_runtime},
   };
   std::map<std::string, double> result;
   for (auto& [name, fn] : free_loops) {
@@ -166,6 +188,7 @@ CU = r"""
 __global__ void spin_kernel(volatile int* flag) { while (*flag == 0) { } }
 __global__ void empty_kernel() {}
 void launch_spin(volatile int* flag, cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(flag); }
+void launch_empty(cudaStream_t s) { empty_kernel<<<1, 32, 0, s>>>(); }
 void* empty_kernel_address() { return reinterpret_cast<void*>(&empty_kernel); }
 """
 
