@@ -415,6 +415,31 @@ def test_forward_plan_override(override, op, xdt, m, n):
     check(f"{override}: rstd", rstd, rstd_ref)
 
 
+# One 16-byte vector a thread in small CTAs of several rows, many an SM, on a plain grid
+# (prefetch=0): the shape of scripts/plan_cases/forward-one-vector-rows.txt for short fp32
+# rows, at N=1000 too (a row's last vectors on fewer threads), with and without a
+# residual, both norms, forward and backward through autograd. None of these spills
+# (normkit precompile, sm_90a, NVRTC 13).
+# Rows of 64-512 threads, one to four a CTA (a cta= below the row's threads would put
+# the row over a cluster instead).
+@pytest.mark.parametrize("override,n", [
+    ("ept=4,cta=128,minb=16,prefetch=0", 256), ("ept=4,cta=128,minb=16,prefetch=0", 512),
+    ("ept=4,cta=256,minb=8,prefetch=0", 512), ("ept=4,cta=256,minb=8,prefetch=0", 1000),
+    ("ept=4,cta=256,minb=8,prefetch=0", 1024), ("ept=4,cta=512,minb=4,prefetch=0", 2048)])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+def test_forward_one_vector_rows(override, n, op, with_res):
+    m = (1 << 20) // n + 37  # past kFewRowsForwardElements
+    x = rand((m, n), FP32).requires_grad_()
+    w = rand((n,), FP32).requires_grad_()
+    r = rand((m, n), FP32).requires_grad_() if with_res else None
+    with plan_switch("NORMKIT_FORWARD_PLAN", override):
+        if op == "rmsnorm":
+            fwd_bwd_check(rmsnorm, x, w, residual=r, prenorm=with_res, label=override)
+        else:
+            ln_check(layernorm, x, w, rand((n,), FP32).requires_grad_(), r, prenorm=with_res, label=override)
+
+
 # NORMKIT_BACKWARD_PLAN: backward plans the heuristics do not pick compute what the
 # planned kernels do, within the same tolerance of the float64 reference, through
 # autograd with dw and db: 8 columns a thread (one 512-thread CTA at N=4096; the stash
