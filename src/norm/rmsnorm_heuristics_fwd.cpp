@@ -66,6 +66,12 @@
 // Liger-Kernel stays ahead by 1-2 % at RMSNorm with a residual N=256-1024 and without
 // one N=1024, LayerNorm without one N=1024, 2048 and 8192 (not the shape: the plan
 // cases found no CTA shape of ours there within 1 % of it).
+// Those cases had two vectors a thread or more. One vector a thread, Liger's own
+// shape (a row of 128 threads, two a CTA, as many CTAs an SM as fit), took RMSNorm
+// fp32 with a residual N=512 from 0.971 to 0.999 (Liger 0.990 in that call's sweep;
+// H200, one run, scripts/plan_cases/forward-liger-rows-h200.txt at 794f92d,
+// docs/perf/h200-2026-12-06b.md), so RMSNorm with a residual at N=257-512 takes it.
+// Not measured off N=512 (N=257-511 keep 128-thread rows, part of them idle).
 //
 // with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
 // elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
@@ -115,6 +121,7 @@ MeasuredShape measured_long_rows(const RowPlanInputs& in) {
 MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
   if (in.x_bytes != 4) return {};
+  if (in.residual && !in.center && n > 256 && n <= 512) return {4, 128, 16};
   if (in.residual && n > 256 && n <= 1024) return {16, 512, 0};
   if (in.residual && n > 1024 && n <= 2048) return {8, 0, 6};
   if (!in.residual && in.center && n > 3584 && n <= 4096) return {8, 0, 6};
