@@ -35,7 +35,7 @@ constexpr int kBulkBackwardMaxStages = 8;
 // LayerNorm 0.887 -> 0.965, RMSNorm 0.965 -> 0.991.
 // RMSNorm bf16 with dresidual_out at N=131072 over 16 CTAs (row=bulk,cluster=16; the
 // reads on shared memory, four stages): 0.853 -> 0.944 (over 8: 0.940) on the H200 in
-// one call (scripts/plan_cases/rms-bf16-dro-131072.txt at d7c3b45, docs/perf/
+// one call (scripts/plan_cases/rms-bf16-dro-131072.txt at 794f92d, docs/perf/
 // h200-2026-12-06b.md), where its register rows over 16 CTAs had been 0.847-0.853 in
 // the sweeps; on an H100 the two were level (0.961 / 0.966, h200-2026-12-06.md).
 // Slower or level elsewhere: N=16384 but LayerNorm's without dresidual_out (-1 to -5 %),
@@ -128,9 +128,10 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // RMSNorm without it at N=16384, one row a stage of one 512-thread CTA at ept=32 (four
 // vectors a thread): 0.856 -> 0.899 (one run, scripts/plan_cases/rms-bf16-dro-131072.txt
 // at 468a5e8 on an H100 80GB HBM3 given for the H200), and as this plan at 9478978
-// against row=regs 0.880 -> 0.903 in another call (docs/perf/h200-2026-12-06.md). Not
-// yet timed on an H200, whose sweep at ed6bfb1 had the register rows at 0.882, 8.5 %
-// under N=8192's 0.964.
+// against row=regs 0.880 -> 0.903 in another call (docs/perf/h200-2026-12-06.md). On
+// the H200 only across machines so far: 0.853 in the sweep at 794f92d, the register rows
+// 0.882 in ed6bfb1's, where N=8192 (plan unchanged) ran 0.913 against 0.964
+// (docs/perf/h200-2026-12-06b.md); the two plans still want one call.
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
 // 0.92-1.0x), N between powers of two, N < 256, per-head weights.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {

@@ -44,7 +44,7 @@ TEST(RmsNormPlan, BackwardBulkRowsWhereMeasured) {
       // (test_backward_group_rows.cpp's BackwardGroupRowsWhereMeasured).
       // With dresidual_out at N=16384 on the shared reads (shared_reads_planned).
       if (center) return !dro || n != 131072;
-      // RMSNorm with it at N=131072 over 16 CTAs since d7c3b45's H200 call.
+      // RMSNorm with it at N=131072 over 16 CTAs since 794f92d's H200 call (c01ed0a).
       return dro ? n >= 131072 || n == 16384 : n >= 32768;
     }
     if (n > 131072) return false;  // fp32 N=262144: two stages do not fit

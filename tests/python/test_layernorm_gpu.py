@@ -418,10 +418,9 @@ def test_forward_plan_override(override, op, xdt, m, n):
 # One 16-byte vector a thread in small CTAs of several rows, many an SM, on a plain grid
 # (prefetch=0): the shape of scripts/plan_cases/forward-one-vector-rows.txt for short fp32
 # rows, at N=1000 too (a row's last vectors on fewer threads), with and without a
-# residual, both norms, forward and backward through autograd. None of these spills
-# (normkit precompile, sm_90a, NVRTC 13).
-# Rows of 64-512 threads, one to four a CTA (a cta= below the row's threads would put
-# the row over a cluster instead).
+# residual, both norms, forward and backward through autograd: rows of 64-512 threads,
+# one to four a CTA (a cta= below the row's threads would put the row over a cluster
+# instead). None of these spills (normkit precompile, sm_90a, NVRTC 13).
 @pytest.mark.parametrize("override,n", [
     ("ept=4,cta=128,minb=16,prefetch=0", 256), ("ept=4,cta=128,minb=16,prefetch=0", 512),
     ("ept=4,cta=256,minb=8,prefetch=0", 512), ("ept=4,cta=256,minb=8,prefetch=0", 1000),
