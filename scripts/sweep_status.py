@@ -54,9 +54,10 @@ def status(doc, op=None):
     faster_rows = []  # (peer, key, normkit us, peer us)
     for key, r in peers:
         if key in ours:
+            won = r["us"] < ours[key]["us"]
             faster[r["impl"]][0] += 1
-            faster[r["impl"]][1] += r["us"] < ours[key]["us"]
-            if r["us"] < ours[key]["us"]:
+            faster[r["impl"]][1] += won
+            if won:
                 faster_rows.append((r["impl"], key, ours[key]["us"], r["us"]))
     decode = collections.Counter()
     decode_rows = 0
