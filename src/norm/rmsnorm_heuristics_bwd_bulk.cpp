@@ -83,6 +83,15 @@ bool bulk_backward_rows_measured(const RowPlanInputs& in) {
 //   RMSNorm without it, slices of 8192 columns in two 256-thread CTAs an SM: N=32768
 //   (over 4) 0.888 -> 0.937, 65536 (over 8) 0.924 -> 0.930, 131072 (over 16) 0.907 ->
 //   0.931.
+// LayerNorm bf16 with dresidual_out N=131072, one 512-thread CTA an SM over 16 in two
+// stages of 64 KB (row=bulk,cluster=16,stages=2), against its grouped rows (256
+// threads x 2 vectors, two CTAs an SM; group_backward_rows_measured planned them from
+// 64b3430, when the ring had neither its shared reads nor more stages): NVIDIA H100
+// (132 SMs), two calls at df3cb1a / 11b0f4c (scripts/plan_cases/ln-bwd-long-rows.txt,
+// session42-h200.txt; docs/perf/h200-2026-12-07.md): 0.918 / 0.918 -> 0.957 / 0.956;
+// three stages 0.954, four (the ring's own count) 0.933 / 0.935, over 8 CTAs 0.923.
+// The H200 sweep at 794f92d had the grouped rows at 0.783; RMSNorm's row on the ring
+// over 16 went 0.853 -> 0.944 on the H200 (bulk_backward_rows_measured).
 // Not taken: RMSNorm N=16384 (0.885 -> 0.865 three 128-thread CTAs over 4, 0.876 two
 // 256-thread over 2, one run), RMSNorm N=32768 in 128-thread CTAs (0.840-0.863),
 // LayerNorm N=65536 (0.915 -> 0.920 two 256-thread over 8, 0.904 four 128-thread
@@ -103,6 +112,7 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
     if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
     if (in.residual && n == 32768) return {8, 256, 2};
     if (in.residual && n == 65536) return {16, 128, 3};
+    if (in.residual && n == 131072) return {16, 0, 0, 2};
     return {};
   }
   if (!in.residual && n >= 32768 && n <= 131072) return {static_cast<int>(n / 8192), 256, 2};

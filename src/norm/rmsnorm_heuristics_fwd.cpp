@@ -72,6 +72,15 @@
 // H200, one run, scripts/plan_cases/forward-liger-rows-h200.txt at 794f92d,
 // docs/perf/h200-2026-12-06b.md), so RMSNorm with a residual at N=257-512 takes it.
 // Not measured off N=512 (N=257-511 keep 128-thread rows, part of them idle).
+// RMSNorm without a residual at one vector a thread, rows of 64-128 threads in
+// 128-thread CTAs 16 an SM (N=256-512), of 256 threads 8 an SM (N=513-1024), against
+// 16 elements a thread: NVIDIA H100, two calls at df3cb1a / 11b0f4c (scripts/
+// plan_cases/pending-h200-session41.txt, session42-h200.txt; docs/perf/
+// h200-2026-12-07.md): N=256 1.004 / 1.005 -> 1.014 / 1.014, N=512 1.003 / 1.004 ->
+// 1.014 / 1.011, N=1024 0.997 / 0.999 -> 1.013 / 1.015 (Liger had led N=512-1024 by up
+// to 2 % in the H200 sweep at 794f92d). N=2048 in 512-thread CTAs lost (0.993 -> 0.979);
+// LayerNorm's rows were level (within 0.3 %), RMSNorm's with a residual at N=256 and
+// 1024 within 0.3 %, so neither is planned.
 //
 // with_staged_rows: LayerNorm's fp32 rows with a residual at N=16385-131072 keep 16
 // elements a thread in registers (32 spilled beside h's fp32 copy), over clusters of
@@ -122,6 +131,8 @@ MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
   if (in.x_bytes != 4) return {};
   if (in.residual && !in.center && n > 256 && n <= 512) return {4, 128, 16};
+  if (!in.residual && !in.center && n >= 256 && n <= 512) return {4, 128, 16};
+  if (!in.residual && !in.center && n > 512 && n <= 1024) return {4, 256, 8};
   if (in.residual && n > 256 && n <= 1024) return {16, 512, 0};
   if (in.residual && n > 1024 && n <= 2048) return {8, 0, 6};
   if (!in.residual && in.center && n > 3584 && n <= 4096) return {8, 0, 6};

@@ -57,7 +57,8 @@ struct GroupShape {
 //   threads one CTA an SM measured 0.805-0.840 for RMSNorm, and 128 threads four CTAs
 //   0.58-0.67;
 //   LayerNorm bf16 with dresidual_out N=131072 (the own bulk ring over a cluster):
-//   0.683 -> 0.742 (0.737 in the second call).
+//   0.683 -> 0.742 (0.737 in the second call); planned here until the ring's shared reads
+//   and stages overtook it (0.918 -> 0.956 on an H100, bulk_backward_measured_ctas).
 // Slower in the same call, so not planned: fp32 at N=65536-131072 (0.81-0.92 against the
 // own 0.91-0.98), bf16 elsewhere (0.60-0.85 against 0.68-0.93; LayerNorm bf16 with
 // dresidual_out at N=262144 0.728 against 0.830).
@@ -73,9 +74,8 @@ std::optional<GroupShape> group_backward_rows_measured(const RowPlanInputs& in) 
       in.dbias != in.center || (dro && in.dresidual_out_bytes != in.x_bytes) || in.x_fp16)
     return std::nullopt;
   const bool fp32_long = in.x_bytes == 4 && in.n > 131072 && in.n <= 262144;
-  const bool ln_bf16_dro = in.x_bytes == 2 && in.center && dro && in.n > 65536 && in.n <= 131072;
-  if (!fp32_long && !ln_bf16_dro) return std::nullopt;
-  return GroupShape{256, 2, 2, fp32_long && dro};
+  if (!fp32_long) return std::nullopt;
+  return GroupShape{256, 2, 2, dro};
 }
 
 std::optional<GroupShape> group_rows_measured(const RowPlanInputs& in) {

@@ -365,7 +365,7 @@ TEST(RmsNormPlan, MeasuredForwardElementsPerThread) {
   const Call calls[] = {
       {256, bf16, false, true, 32},    {2048, bf16, true, true, 256},  {4096, bf16, false, true, 128},
       {8192, bf16, false, false, 512}, {8192, bf16, true, false, 256}, {16384, bf16, true, false, 256},
-      {16384, bf16, false, false, 512}, {512, f32, false, false, 32},  {1024, f32, true, false, 32},
+      {16384, bf16, false, false, 512}, {512, f32, true, false, 32},   {1024, f32, true, false, 32},
       {8192, f32, true, false, 512},   {4096, f32, false, true, 256},  {16384, f32, false, true, 1024},
       {16384, f32, true, true, 512},
   };

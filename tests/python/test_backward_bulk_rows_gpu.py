@@ -96,15 +96,15 @@ def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
 # dresidual_out at N=16384 (the shared reads over a pair of CTAs); the long rows in
 # several CTAs an SM (bulk_backward_measured_ctas): LayerNorm at N=16384-32768 in three
 # 128-thread CTAs an SM, with dresidual_out at 32768 in two of 256 and at 65536 in three
-# of 128, RMSNorm at N=32768-131072 in two of 256; RMSNorm with dresidual_out at
-# N=131072 over 16 CTAs.
+# of 128, RMSNorm at N=32768-131072 in two of 256; both norms with dresidual_out at
+# N=131072 over 16 CTAs (LayerNorm's in two stages).
 @pytest.mark.parametrize("op,with_res,n", [
     ("layernorm", False, 1024), ("layernorm", True, 1024), ("layernorm", False, 8192), ("layernorm", True, 256),
     ("layernorm", True, 2048), ("layernorm", True, 4096), ("rmsnorm", True, 2048), ("rmsnorm", False, 8192),
     ("rmsnorm", False, 16384), ("layernorm", True, 16384),
     ("rmsnorm", True, 16384), ("layernorm", False, 16384), ("layernorm", False, 32768), ("layernorm", True, 32768),
     ("layernorm", True, 65536), ("rmsnorm", False, 32768), ("rmsnorm", False, 65536), ("rmsnorm", False, 131072),
-    ("rmsnorm", True, 131072)])
+    ("rmsnorm", True, 131072), ("layernorm", True, 131072)])
 def test_backward_bulk_rows_own_plan(op, with_res, n):
     m = (1 << 23) // n + 5
     test_backward_bulk_rows("", op, with_res, BF16, BF16, m, n)

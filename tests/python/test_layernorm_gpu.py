@@ -676,6 +676,7 @@ _MEASURED_FORWARD = [
     # the short fp32 rows' measured shapes (measured_short_fp32_rows)
     (False, FP32, True, 1024), (True, FP32, True, 640), (True, FP32, True, 2048), (False, FP32, True, 1500),
     (True, FP32, False, 4096), (True, FP32, False, 3800), (False, FP32, True, 512), (False, FP32, True, 384),
+    (False, FP32, False, 512), (False, FP32, False, 384), (False, FP32, False, 1024), (False, FP32, False, 1000),
     # the long rows' measured shapes (test_forward_long_rows.cpp)
     (False, BF16, True, 131072), (False, BF16, False, 65536), (False, BF16, False, 131072), (True, BF16, False, 131072),
     (True, FP32, True, 262144),
