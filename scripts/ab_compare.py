@@ -5,12 +5,19 @@ for the decode rows, whose times are a few microseconds).
 
     python3 scripts/ab_compare.py old-1.json old-2.json -- new-1.json new-2.json
 """
+import gzip
 import json
 import sys
 
 
+def load_result(path):
+    """A bench JSON file, plain or gzipped (docs/perf keeps them as .json.gz)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def normkit_rows(path):
-    doc = json.load(open(path))
+    doc = load_result(path)
     rows = {}
     for r in doc["rows"]:
         if r["impl"] == "normkit" and r["status"] == "ok" and r["kind"] == "sweep":

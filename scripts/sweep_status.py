@@ -13,17 +13,24 @@ cliffs (with the neighbours' ratios) are listed; with --against OLD.json, every 
 whose ratio moved by more than --threshold (default 2 %) since OLD.json. --op keeps one
 operator's rows (issue 4 is RMSNorm's, issue 5 LayerNorm's).
 
-    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json --list
-    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json --list --op rmsnorm
+    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json.gz --list
+    python3 scripts/sweep_status.py docs/perf/bench-h200-sweep-0e60596.json.gz --list --op rmsnorm
     python3 scripts/sweep_status.py NEW.json --against OLD.json
 """
 import argparse
 import collections
+import gzip
 import json
 import sys
 
 FORWARD_TARGET, BACKWARD_TARGET, SHORT_TARGET, SHORT_N = 0.92, 0.88, 0.80, 1024
 CLIFF = 0.05
+
+
+def load_result(path):
+    """A bench JSON file, plain or gzipped (docs/perf keeps them as .json.gz)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
 
 
 def target(direction, n):
@@ -112,7 +119,7 @@ def main(argv):
     ap.add_argument("--threshold", type=float, default=0.02, help="relative move that --against lists (0.02)")
     ap.add_argument("--op", choices=("rmsnorm", "layernorm"), help="only this operator's rows")
     args = ap.parse_args(argv)
-    doc = json.load(open(args.bench_json))
+    doc = load_result(args.bench_json)
     s = status(doc, args.op)
     print(f"bandwidth: {len(s['below'])} of {s['rows']} rows below target")
     for peer, (ran, won) in sorted(s["peers"].items()):
@@ -129,7 +136,7 @@ def main(argv):
             near = ", ".join(f"{m}: {r:.3f}" for m, r in s["cliff_context"][key])
             print(f"  cliff: {name(key)} ({near})")
     if args.against:
-        for key, a, b in moved(json.load(open(args.against)), doc, args.threshold, args.op):
+        for key, a, b in moved(load_result(args.against), doc, args.threshold, args.op):
             print(f"  moved: {name(key)} {a:.3f} -> {b:.3f} ({(b / a - 1) * 100:+.1f} %)")
     return 0
 

@@ -1,5 +1,5 @@
 """`normkit bench`: a real CPU run of --quick --op all validated against the JSON Schema,
-every committed docs/perf/bench-*.json validated too, the byte accounting of every
+every committed docs/perf/bench-*.json(.gz) validated too, the byte accounting of every
 operator, argument errors, the in-place fused adds checked on fresh copies, and peers
 that are missing, fail or disagree being reported rather than dropped.
 
@@ -16,9 +16,10 @@ import sys
 import pytest
 
 from normkit.bench import options, plot, timing, traffic
+from normkit.bench.validate import load_result
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-COMMITTED = sorted(REPO.glob("docs/perf/bench-*.json"))
+COMMITTED = sorted(REPO.glob("docs/perf/bench-*.json")) + sorted(REPO.glob("docs/perf/bench-*.json.gz"))
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 # A bench small enough for in-process tests (a second or two on a CPU).
 TINY = ("--device", "cpu", "--dtypes", "bf16", "--n", "1024", "--elements", "2^14", "--decode-shapes", "none", "--directions", "fwd",
@@ -111,11 +112,10 @@ def test_quick_cpu_run_writes_the_plots(quick_cpu):
 
 
 def test_every_bench_json_is_valid(quick_cpu):
-    """The committed results (docs/perf/bench-*.json, whatever matches) and this run's: at least one."""
+    """The committed results (docs/perf/bench-*.json and .json.gz, whatever matches) and this run's: at least one."""
     documents = [("quick CPU run", quick_cpu[1])]
     for path in COMMITTED:
-        with open(path) as f:
-            documents.append((str(path.relative_to(REPO)), json.load(f)))
+        documents.append((str(path.relative_to(REPO)), load_result(path)))
     for name, doc in documents:
         assert problems(doc) == [], name
 

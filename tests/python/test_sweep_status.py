@@ -3,6 +3,7 @@ bench.json, on small made-up sweeps: the bandwidth targets by direction and N, p
 faster by time, decode rows, neighbours more than 5 % apart, rows that moved."""
 
 import importlib.util
+import gzip
 import json
 import pathlib
 
@@ -60,9 +61,10 @@ def test_cliffs_against_either_neighbour(sweep_status):
 
 
 def test_rows_that_moved(sweep_status, capsys, tmp_path):
-    old = tmp_path / "old.json"
+    old = tmp_path / "old.json.gz"  # gzipped, as docs/perf keeps them
     new = tmp_path / "new.json"
-    old.write_text(json.dumps(doc([row("bwd", 1024, 0.80), row("bwd", 2048, 0.90)])))
+    with gzip.open(old, "wt") as f:
+        json.dump(doc([row("bwd", 1024, 0.80), row("bwd", 2048, 0.90)]), f)
     new.write_text(json.dumps(doc([row("bwd", 1024, 0.85), row("bwd", 2048, 0.905)])))
     assert sweep_status.main([str(new), "--against", str(old), "--list"]) == 0
     out = capsys.readouterr().out

@@ -4,9 +4,13 @@ jsonschema is imported only inside these functions: it is a development
 requirement used by the tests and CI, and the benchmark itself never needs it
 (the GPU machine does not have it).
 
-    python -m normkit.bench.validate FILE.json [FILE.json ...]
+    python -m normkit.bench.validate FILE.json [FILE.json.gz ...]
+
+docs/perf keeps its results gzipped (FILE.json.gz): the device tool carries the
+working tree under 64 MiB, and a sweep's JSON is ~1 MB of text, ~120 KB gzipped.
 """
 
+import gzip
 import json
 import os
 import sys
@@ -34,15 +38,20 @@ def problems(doc):
     return found
 
 
+def load_result(path):
+    """A bench JSON file, plain or gzipped (by its .gz suffix)."""
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def problems_in_file(path):
-    with open(path) as f:
-        return problems(json.load(f))
+    return problems(load_result(path))
 
 
 def main(argv=None):
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        print("usage: python -m normkit.bench.validate FILE.json [FILE.json ...]", file=sys.stderr)
+        print("usage: python -m normkit.bench.validate FILE.json[.gz] [FILE.json[.gz] ...]", file=sys.stderr)
         return 2
     bad = 0
     for path in paths:
