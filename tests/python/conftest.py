@@ -36,8 +36,8 @@ def gpu_skip_reason():
 # the GPU machine scripts/gpu_check.sh stops pytest at its time budget; cut there,
 # a run must have checked the kernels rather than the bench (whose GPU tests take
 # ~150 s and ran first in alphabetical order, leaving test_torch_ext unrun).
-_FIRST = ("test_rmsnorm_gpu.py", "test_rmsnorm_gpu_features.py", "test_layernorm_gpu.py", "test_torch_ext.py",
-          "test_gpu_runtime.py")
+_FIRST = ("test_rmsnorm_gpu.py", "test_rmsnorm_gpu_features.py", "test_layernorm_gpu.py", "test_norm_plans_gpu.py",
+          "test_torch_ext.py", "test_gpu_runtime.py")
 _LAST = ("test_bench.py",)
 
 
