@@ -49,8 +49,11 @@ def format_row(row):
             "yes" if row["residual"] else "no", row["impl"]]
     if row["status"] != "ok":
         return _cells(head) + f" {row['status']}: {row['reason']}"
-    return _cells(head + [_num(row["us"], ".2f"), _num(row["gbps"], ".1f"), _num(row["ratio_to_copy"], ".3f"),
+    text = _cells(head + [_num(row["us"], ".2f"), _num(row["gbps"], ".1f"), _num(row["ratio_to_copy"], ".3f"),
                           "-" if row["normkit_speedup"] is None else f"{row['normkit_speedup']:.2f}x"])
+    if row.get("timings"):  # timed again: its first run's samples spread too wide (timing.steady)
+        text += f"  (timed {row['timings']}x, p80/p20 {row['us_p80'] / row['us_p20']:.2f})"
+    return text
 
 
 class Live:
