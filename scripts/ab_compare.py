@@ -5,15 +5,9 @@ for the decode rows, whose times are a few microseconds).
 
     python3 scripts/ab_compare.py old-1.json old-2.json -- new-1.json new-2.json
 """
-import gzip
-import json
 import sys
 
-
-def load_result(path):
-    """A bench JSON file, plain or gzipped (docs/perf keeps them as .json.gz)."""
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        return json.load(f)
+from sweep_status import load_result  # beside this script: plain or gzipped bench JSON
 
 
 def normkit_rows(path):
