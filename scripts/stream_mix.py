@@ -70,7 +70,7 @@ def main(argv=None):
                    "us": round(us, 2), "gbps": round(gbps, 1), "ratio_to_copy": round(gbps / copy_gbps, 3)}
             rows.append(row)
             print(f"{row['dtype']:9s} {name:13s} {us:9.2f} us {gbps:8.1f} GB/s  {gbps / copy_gbps:.3f} x copy")
-        del t
+        t.clear()
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
