@@ -6,7 +6,11 @@ bench.json: the counts that docs/perf/h200.md's "Current status" reports.
   - peers: per peer, the sweep rows it ran where it was faster than normkit, and the
     decode rows (graph replay) where it was;
   - cliffs: rows whose ratio is more than 5 % from a neighbour's (the next smaller or
-    larger N of the same op, direction, dtype and residual).
+    larger N of the same op, direction, dtype and residual);
+  - unsteady: sweep rows of any implementation whose samples still spread wide after the
+    bench timed them again (p80/p20 over SPREAD_LIMIT): the device was disturbed while
+    they ran, so a peer "faster", a row "below" or a cliff that involves one is marked
+    "(unsteady)" in the lists rather than taken as measured.
 
 With --list, the rows below target, the rows a peer was faster on (both times) and the
 cliffs (with the neighbours' ratios) are listed; with --against OLD.json, every row
@@ -25,6 +29,7 @@ import sys
 
 FORWARD_TARGET, BACKWARD_TARGET, SHORT_TARGET, SHORT_N = 0.92, 0.88, 0.80, 1024
 CLIFF = 0.05
+SPREAD_LIMIT = 1.10  # normkit.bench.timing.SPREAD_LIMIT (this script runs without normkit installed)
 
 
 def load_result(path):
@@ -54,8 +59,15 @@ def sweep_rows(doc, op=None):
     return ours, peers
 
 
+def unsteady(r):
+    """Whether a timed row's samples spread wider than the bench accepts (p80 over p20)."""
+    p20, p80 = r.get("us_p20"), r.get("us_p80")
+    return bool(p20 and p80 and p80 / p20 > SPREAD_LIMIT)
+
+
 def status(doc, op=None):
     ours, peers = sweep_rows(doc, op)
+    shaky = sorted({(k, r["impl"]) for k, r in list(ours.items()) + peers if unsteady(r)})
     below = sorted((k, r["ratio_to_copy"]) for k, r in ours.items() if r["ratio_to_copy"] < target(k[1], k[4]))
     faster = collections.defaultdict(lambda: [0, 0])  # peer -> [rows ran, rows faster]
     faster_rows = []  # (peer, key, normkit us, peer us)
@@ -91,7 +103,7 @@ def status(doc, op=None):
                 cliff_context[g + (n,)] = [(m, by_n[m]) for m in ns[max(0, i - 1):i + 2]]
     return {"rows": len(ours), "below": below, "peers": dict(faster), "decode": dict(decode),
             "decode_rows": decode_rows, "cliffs": sorted(cliffs), "faster_rows": sorted(faster_rows),
-            "cliff_context": cliff_context}
+            "cliff_context": cliff_context, "unsteady": shaky}
 
 
 def moved(old_doc, new_doc, threshold, op=None):
@@ -126,15 +138,24 @@ def main(argv):
         print(f"peers: {peer} faster on {won} of {ran} rows")
     print(f"decode: peers faster on {s['decode'] or 'none'} of {s['decode_rows']} decode rows")
     print(f"cliffs: {len(s['cliffs'])} of {s['rows']} rows more than {CLIFF:.0%} off a neighbour")
+    print(f"unsteady: {len(s['unsteady'])} rows with p80/p20 over {SPREAD_LIMIT:.2f} after the bench's re-timing")
     if args.list:
+        shaky = set(s["unsteady"])
+
+        def mark(*keyed):  # keyed: (key, impl) pairs the line's judgment rests on
+            return " (unsteady)" if any(k in shaky for k in keyed) else ""
+
         for key, ratio in s["below"]:
-            print(f"  below: {name(key)} {ratio:.3f} (target {target(key[1], key[4]):.2f})")
+            print(f"  below: {name(key)} {ratio:.3f} (target {target(key[1], key[4]):.2f}){mark((key, 'normkit'))}")
         for peer, key, ours_us, peer_us in s["faster_rows"]:
             print(f"  {peer} faster: {name(key)} {peer_us:.1f} against {ours_us:.1f} us "
-                  f"({(ours_us / peer_us - 1) * 100:.1f} %)")
+                  f"({(ours_us / peer_us - 1) * 100:.1f} %){mark((key, 'normkit'), (key, peer))}")
         for key in s["cliffs"]:
             near = ", ".join(f"{m}: {r:.3f}" for m, r in s["cliff_context"][key])
-            print(f"  cliff: {name(key)} ({near})")
+            neighbours = [(key[:4] + (m,), "normkit") for m, _ in s["cliff_context"][key]]
+            print(f"  cliff: {name(key)} ({near}){mark(*neighbours)}")
+        for key, impl in s["unsteady"]:
+            print(f"  unsteady: {name(key)} {impl}")
     if args.against:
         for key, a, b in moved(load_result(args.against), doc, args.threshold, args.op):
             print(f"  moved: {name(key)} {a:.3f} -> {b:.3f} ({(b / a - 1) * 100:+.1f} %)")

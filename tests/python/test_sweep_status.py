@@ -90,3 +90,30 @@ def test_one_operator_and_the_listed_peer_rows_and_cliffs(sweep_status, capsys, 
     assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %)" in out
     assert "cliff: rmsnorm fwd bf16 N=2048 (1024: 0.950, 2048: 0.850)" in out
     assert "layernorm" not in out
+
+
+def test_unsteady_rows_are_counted_and_mark_the_judgments_they_carry(sweep_status, capsys, tmp_path):
+    def spread(r, ratio):  # p20 / p80 around the median, ratio = p80 / p20
+        return dict(r, us_p20=r["us"], us_p80=r["us"] * ratio)
+
+    rows = [spread(row("fwd", 1024, 0.95, us=10.0), 1.01), spread(row("fwd", 1024, 0.9, impl="liger", us=9.5), 1.3),
+            spread(row("fwd", 2048, 0.80), 1.25), spread(row("fwd", 4096, 0.95), 1.10), row("fwd", 8192, 0.95)]
+    s = sweep_status.status(doc(rows))
+    # p80/p20 of exactly the limit is steady, as in the bench; rows without the fields are too.
+    assert [(k[4], impl) for k, impl in s["unsteady"]] == [(1024, "liger"), (2048, "normkit")]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc(rows)))
+    assert sweep_status.main([str(path), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "unsteady: 2 rows with p80/p20 over 1.10" in out
+    assert "below: rmsnorm fwd bf16 N=2048 0.800 (target 0.92) (unsteady)" in out
+    assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %) (unsteady)" in out
+    # N=4096's cliff to 2048 rests on the unsteady N=2048 row; 8192 has no cliff.
+    assert "cliff: rmsnorm fwd bf16 N=4096 (2048: 0.800, 4096: 0.950, 8192: 0.950) (unsteady)" in out
+    assert "  unsteady: rmsnorm fwd bf16 N=1024 liger" in out
+
+
+def test_spread_limit_is_the_bench_s(sweep_status):
+    from normkit.bench import timing
+
+    assert sweep_status.SPREAD_LIMIT == timing.SPREAD_LIMIT
