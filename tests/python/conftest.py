@@ -1,4 +1,6 @@
+import importlib.util
 import os
+import pathlib
 
 import pytest
 
@@ -101,6 +103,23 @@ def cli(capsys):
         return code, captured.out, captured.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """Loads a module of scripts/ by file name (scripts/ is not a package), once per name."""
+    folder = pathlib.Path(__file__).resolve().parents[2] / "scripts"
+    loaded = {}
+
+    def load(file_name):
+        if file_name not in loaded:
+            spec = importlib.util.spec_from_file_location(file_name.removesuffix(".py"), folder / file_name)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            loaded[file_name] = module
+        return loaded[file_name]
+
+    return load
 
 
 @pytest.fixture

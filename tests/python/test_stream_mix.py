@@ -1,21 +1,13 @@
 """scripts/stream_mix.py on a machine without a GPU: bad sizes are refused by name, and
 without CUDA it says so and measures nothing (exit 2) rather than timing the CPU."""
 
-import importlib.util
-import pathlib
-
 import pytest
 import torch
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "stream_mix.py"
-
 
 @pytest.fixture(scope="module")
-def stream_mix():
-    spec = importlib.util.spec_from_file_location("stream_mix", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def stream_mix(load_script):
+    return load_script("stream_mix.py")
 
 
 @pytest.mark.parametrize("args", [["--elements", "0"], ["--reps", "-1"]])

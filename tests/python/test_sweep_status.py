@@ -2,22 +2,15 @@
 bench.json, on small made-up sweeps: the bandwidth targets by direction and N, peers
 faster by time, decode rows, neighbours more than 5 % apart, rows that moved."""
 
-import importlib.util
 import gzip
 import json
-import pathlib
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sweep_status.py"
-
 
 @pytest.fixture(scope="module")
-def sweep_status():
-    spec = importlib.util.spec_from_file_location("sweep_status", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sweep_status(load_script):
+    return load_script("sweep_status.py")
 
 
 def row(direction, n, ratio, impl="normkit", us=None, residual=False, status="ok"):
