@@ -130,12 +130,53 @@ struct RawVec<bf16, VEC, true> {
   }
 };
 
+// How the outputs' vectors are stored: a build switch for measuring (the README's
+// NORMKIT_NVRTC_FLAGS, -DNK_STORE_CACHE=M). 0 (default): plain stores, the code every
+// measurement in docs/perf/ ran (SASS unchanged by this switch's code: 40 kernels of
+// both norms compared). 1: st.global.cs (__stcs; SASS STG.E.EF, evict first), so that
+// the output's lines, written once and never read here, are the first L2 gives up.
+// Every caller's pointer is global memory (outputs and partials); the hinted stores go
+// by words of 16, 8 or 4 bytes, and a 2-byte vector (VEC 1 of a 16-bit type) plainly.
+#ifndef NK_STORE_CACHE
+#define NK_STORE_CACHE 0
+#endif
+static_assert(NK_STORE_CACHE == 0 || NK_STORE_CACHE == 1, "NK_STORE_CACHE is 0 or 1");
+
+// The widest word a hinted store of BYTES takes.
+template <int BYTES>
+struct StoreWord {
+  using type = unsigned;
+};
+template <>
+struct StoreWord<8> {
+  using type = uint2;
+};
+template <>
+struct StoreWord<16> {
+  using type = uint4;
+};
+
+template <class T, int VEC>
+__device__ __forceinline__ void store_packed(Packed<T, VEC>* dst, const Packed<T, VEC>& pk) {
+  constexpr int BYTES = static_cast<int>(sizeof(Packed<T, VEC>));
+  if constexpr (NK_STORE_CACHE == 0 || (BYTES % 16 != 0 && BYTES != 8 && BYTES != 4)) {
+    *dst = pk;
+  } else {
+    using W = typename StoreWord<BYTES % 16 == 0 ? 16 : BYTES>::type;
+    constexpr int WORDS = BYTES / static_cast<int>(sizeof(W));
+    // Packed is aligned to its size, so to W's.
+    const W* const words = reinterpret_cast<const W*>(&pk);
+#pragma unroll
+    for (int j = 0; j < WORDS; ++j) __stcs(reinterpret_cast<W*>(dst) + j, words[j]);
+  }
+}
+
 template <int VEC, class T>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Packed<T, VEC> pk;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) pk.v[i] = from_float<T>(in[i]);
-  *reinterpret_cast<Packed<T, VEC>*>(p) = pk;
+  store_packed(reinterpret_cast<Packed<T, VEC>*>(p), pk);
 }
 
 // store_vec at vector index v of `base` (elements v * VEC on), through a Packed
@@ -147,6 +188,6 @@ __device__ __forceinline__ void store_vec_at(T* base, long long v, const float (
   Packed<T, VEC> pk;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) pk.v[i] = from_float<T>(in[i]);
-  reinterpret_cast<Packed<T, VEC>*>(base)[v] = pk;
+  store_packed(reinterpret_cast<Packed<T, VEC>*>(base) + v, pk);
 }
 }  // namespace nk
