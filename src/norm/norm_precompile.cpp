@@ -63,16 +63,19 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     // Calls of few rows may take another plan (RowPlan::early_params), decode calls
     // another still (with_decode_rows), and in-place calls or devices that cannot
     // hold a row group at once the plan without grouped rows: each kernel once.
+    // A compile-only target may be either memory class (RowPlanInputs::slower_memory).
     std::vector<rt::KernelSource> fwd;
+    for (const int memory_gbps : detail::RowPlanInputs::kMemoryClasses)
     for (const bool group_rows : {switches.group_rows, false})
     for (const auto& [few_rows, decode_rows] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      s.memory_gbps = memory_gbps;
       s.group_rows_allowed = group_rows;
       s.few_rows = few_rows;
       s.decode_rows = decode_rows;
       s.plan = detail::plan_fwd(s, kAlignedVec, target_arch);
       rt::KernelSource k = detail::fwd_source(s);
       bool seen = false;
-      for (const rt::KernelSource& o : fwd) seen = seen || o.entry == k.entry;
+      for (const rt::KernelSource& o : fwd) seen = seen || (o.entry == k.entry && o.options == k.options);
       if (!seen) fwd.push_back(std::move(k));
     }
     return fwd;
@@ -100,14 +103,17 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
   auto add = [&](std::optional<rt::KernelSource> k) {
     if (!k) return;
     for (const rt::KernelSource& o : out)
-      if (o.entry == k->entry && o.source == k->source) return;
+      if (o.entry == k->entry && o.source == k->source && o.options == k->options) return;
     out.push_back(std::move(*k));
   };
   // Per-head calls (many_heads) may plan otherwise too (no wait in split rows), and
-  // devices that cannot hold a row group at once without grouped rows.
+  // devices that cannot hold a row group at once without grouped rows; and either
+  // memory class.
+  for (const int memory_gbps : detail::RowPlanInputs::kMemoryClasses)
   for (const bool group_rows : {switches.group_rows, false})
   for (const bool few_rows : {false, true})
   for (const bool many_heads : {false, true}) {
+    s.memory_gbps = memory_gbps;
     s.group_rows_allowed = group_rows;
     s.few_rows = few_rows;
     s.many_heads = many_heads;

@@ -158,6 +158,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
     const int arch = runtime.target_for_device(device).arch;
+    spec.memory_gbps = runtime.device_info(device).memory_gbps;
     spec.plan = plan_fwd(spec, limit.vec, arch);
     found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
     if (spec.plan.group_stages > 0) {
@@ -311,6 +312,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   if (!found) {
     BwdKernels k;
     k.sm_count = runtime.device_info(device).sm_count;
+    spec.memory_gbps = runtime.device_info(device).memory_gbps;
     k.pdl = use_pdl(runtime, device);
     const int arch = runtime.target_for_device(device).arch;
     // A group's CTAs wait for each other: the device must hold one group at once

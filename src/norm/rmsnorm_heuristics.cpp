@@ -63,7 +63,7 @@ std::string RowPlan::str() const {
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
          (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
          (weight_smem ? " weight_smem" : "") + (l2_next ? " l2_next" : "") + (shared_reads ? " shared_reads" : "") +
-         (dro_direct ? " dro_direct" : "") +
+         (dro_direct ? " dro_direct" : "") + (evict_first ? " evict_first" : "") +
          (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
          (group_stages ? " group=" + std::to_string(group_stages) + " items=" + std::to_string(split_items) : "") +
          " minb=" + std::to_string(min_blocks);
@@ -609,9 +609,11 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   if (smem_sums32 && p.threads() == 128) p.min_blocks = std::min(p.min_blocks, 5);
   if (cluster_rows.min_blocks) p.min_blocks = cluster_rows.min_blocks;
   if (in.forced_min_blocks) p.min_blocks = in.forced_min_blocks;
-  return with_group_rows(
+  RowPlan planned = with_group_rows(
       with_bulk_backward_rows(with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in), in),
       in);
+  planned.evict_first = evict_first_measured(planned, given);
+  return planned;
 }
 
 }  // namespace normkit::norm::detail

@@ -77,6 +77,10 @@ struct RowPlan {
   // DRO_DIRECT), not copied into the stages, which then hold h and dout only (more of
   // them fit); NORMKIT_BACKWARD_PLAN's dro=direct.
   bool dro_direct = false;
+  // Backward: the row kernel stores dx (and dresidual) evict-first, st.global.cs (its
+  // source compiled with -DNK_STORE_CACHE=1, device/normkit/common/vector_io.cuh),
+  // where that measured faster (evict_first_measured).
+  bool evict_first = false;
   // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it,
   // or where it measured faster on sm_90 (bulk_rows_measured,
   // bulk_backward_rows_measured; with_bulk_rows, with_bulk_backward_rows): the row's slices (x's and the residual's; h's, dout's, dresidual_out's)
@@ -108,6 +112,10 @@ struct RowPlanInputs {
   int h_bytes = 0;          // backward: element size of h alone (x_bytes is the wider of h and dout)
   bool param_grads = false; // backward: dw or db is computed (the column pass follows long rows)
   int arch = 90;            // compute capability * 10 of the target (clusters need >= 90)
+  // The device's peak DRAM bandwidth, GB/s (rt::DeviceInfo::memory_gbps; 0: unknown, as
+  // for a compile-only target). The H100 (~3350) and the H200 (~4900) are both sm_90 with
+  // 132 SMs, and some rows' fastest plans differ between them: see slower_memory().
+  int memory_gbps = 0;
   // Backward: a call with few rows (rows * n <= kFewRowsElements), whose time is
   // the host's: a plan with fewer launches beats one with more bandwidth there.
   bool few_rows = false;
@@ -167,6 +175,13 @@ struct RowPlanInputs {
   int forced_bulk_stages = 0;     // with forced_bulk_rows: that many stages (stages=)
   int forced_smem_row = 0;  // forward: RowPlan::smem_row asked for (1, row=smem, or with_staged_rows) or refused (-1, row=regs)
   bool forced_smem_sums = false;  // backward register rows (of a cluster, or of one CTA) with their dw/db sums in shared memory (sums=smem)
+  // An sm_90 part with the H100's memory (under 4 TB/s: H100 SXM/PCIe/NVL) rather than
+  // the H200's, where the plans were measured first. The rules that differ say so
+  // with the H100 measurements beside them; an unknown bandwidth plans as the H200.
+  bool slower_memory() const { return memory_gbps > 0 && memory_gbps < 4000; }
+  // One bandwidth of each class slower_memory() tells apart (the H200's class first, as
+  // an unknown bandwidth plans): a compile-only target builds the kernels of both.
+  static constexpr int kMemoryClasses[2] = {0, 3352};
   // Whether NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN forced any field (read on
   // the inputs as given, before the measured input rules force some of their own).
   bool any_forced() const {

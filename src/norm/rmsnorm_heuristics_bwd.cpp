@@ -496,4 +496,25 @@ RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in) {
   return p;
 }
 
+// Backward rows without dresidual_out store dx evict-first (RowPlan::evict_first) on the
+// H100's memory class. NVIDIA H100 80GB HBM3, M*N = 2^27, ratio to copy, plain stores
+// -> -DNK_STORE_CACHE=1 (env:NORMKIT_NVRTC_FLAGS), the same plans, one run each in two
+// calls (scripts/plan_cases/store-evict-first.txt at e19bb11, h100-followup.txt at
+// 5862167; docs/perf/h200-2026-12-07c.md): RMSNorm bf16 N=2048 0.884 -> 0.893, 4096
+// 0.876 -> 0.883, 8192 0.919 -> 0.977, 32768 0.887 -> 0.904, 131072 0.933 -> 0.953;
+// RMSNorm fp32 N=4096 0.937 -> 0.944, 131072 0.972 -> 0.983; LayerNorm bf16 (the plans
+// before its short rows' ept=16) N=4096 0.855 -> 0.869, 8192 0.848 -> 0.870, 32768
+// 0.852 -> 0.876, 131072 0.869 -> 0.896; LayerNorm fp32 N=4096 0.931 -> 0.941, 131072
+// 0.970 -> 0.968. With dresidual_out level (-0.2 to +1.0 %: RMSNorm bf16 N=4096 0.981
+// both, LayerNorm bf16 131072 0.956 -> 0.958), so left plain; the forward lost 0-0.6 %
+// at N=1024/16384 (both norms, bf16 and fp32, with and without a residual); LayerNorm
+// bf16's short rows at ept=16 were level (N=2048 0.896 both, 8192 0.960 -> 0.961).
+// Not measured on the H200: its plans keep the plain stores. Nor where a thread has 64
+// registers (1024 threads an SM): LayerNorm fp32 N=16384's register rows (1024-thread
+// CTAs over a cluster of two) spilled 12 bytes with them under NVRTC 13.2, none plain.
+bool evict_first_measured(const RowPlan& p, const RowPlanInputs& given) {
+  return given.backward && !given.any_forced() && given.arch == 90 && given.slower_memory() && !given.residual &&
+         !given.few_rows && std::int64_t{p.threads()} * p.min_blocks < 1024;
+}
+
 }  // namespace normkit::norm::detail

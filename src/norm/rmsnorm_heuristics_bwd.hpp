@@ -81,6 +81,9 @@ RowPlan with_weight_smem(const RowPlan& planned, const RowPlanInputs& in);
 // prefetch or the ring, or the stash), x, dout and dresidual_out of one element size
 // in 16-byte vectors.
 RowPlan with_l2_next(const RowPlan& planned, const RowPlanInputs& in);
+// RowPlan::evict_first for plan `p` of a call planned from `given` (the inputs as given:
+// a forced plan field leaves it off).
+bool evict_first_measured(const RowPlan& p, const RowPlanInputs& given);
 // The backward plan of norm_bwd_bulk_kernel (RowPlan::bulk_stages) where
 // in.forced_bulk_rows asks for it (NORMKIT_BACKWARD_PLAN's row=bulk) and it applies:
 // sm_90+, 16-byte vectors of h, dout of h's element size, dresidual_out of whole

@@ -109,6 +109,11 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
   // the register rows would take them instead.
   if ((n & (n - 1)) != 0) return {};
   if (in.center) {
+    // H100 80GB HBM3, ratio to copy, one run each in one call (plan_cases/bwd-no-dro-h100.txt
+    // at e19bb11, docs/perf/h200-2026-12-07c.md): over eight 128-thread CTAs (the H200's
+    // shape below) 0.859, four of 512 0.952, eight of 256 two an SM 0.882. At N=65536
+    // four of 512 were level (0.857 / 0.856, h100-followup.txt at 5862167).
+    if (!in.residual && n == 32768 && in.slower_memory()) return {4, 0, 0};
     if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
     if (in.residual && n == 32768) return {8, 256, 2};
     if (in.residual && n == 65536) return {16, 128, 3};
@@ -144,6 +149,14 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // (docs/perf/h200-2026-12-06b.md); the two plans still want one call.
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
 // 0.92-1.0x), N between powers of two, N < 256, per-head weights.
+// On the H100's memory class (RowPlanInputs::slower_memory) LayerNorm without
+// dresidual_out takes two vectors a thread from N=1024, N=16384 included (one
+// 512-thread CTA's ring, h and dout of 2048 columns a CTA). NVIDIA H100 80GB HBM3, ratio
+// to copy, own plan (ept=32 above; N=16384 the ring over four 128-thread CTAs) ->
+// row=bulk,ept=16, one run each in two calls (scripts/plan_cases/bwd-no-dro-h100.txt
+// at e19bb11, h100-followup.txt at 5862167; docs/perf/h200-2026-12-07c.md): N=1024
+// 0.835 -> 0.883, 2048 0.857 -> 0.896, 4096 0.857 -> 0.918, 8192 0.844 -> 0.960, 16384
+// 0.854 -> 0.874; the register rows at N=8192 0.778.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
   // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
@@ -151,6 +164,7 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
       in.n > 16384 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
       in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
     return 0;
+  if (in.center && !dro && in.slower_memory() && in.n >= 1024) return 16;
   if (in.n == 16384) return !in.center && !dro ? 32 : 0;
   if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
   if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;

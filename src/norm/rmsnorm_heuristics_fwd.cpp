@@ -326,6 +326,11 @@ RowPlan bulk_ring_plan(const BulkRingShape& shape, int vec, int stages) {
 // -> 0.900).
 BulkRingCtas bulk_rows_measured_ctas(const RowPlanInputs& in) {
   if (!bulk_rows_measured(in) || in.max_vec * in.x_bytes < 16) return {};
+  // LayerNorm fp32 with a residual N=32768 on the H100's memory class, over eight
+  // 256-thread CTAs two an SM (the ring's own shape: eight of 512): 0.927 -> 0.945, the
+  // register rows 0.906 (one run each, plan_cases/fwd-fp32-long-h100.txt at e19bb11,
+  // docs/perf/h200-2026-12-07c.md; N=65536 lost that way, 0.963 -> 0.811).
+  if (in.center && in.x_bytes == 4 && in.residual && in.n == 32768 && in.slower_memory()) return {8, 256, 2};
   if (in.x_bytes == 4 && !in.center && in.n <= (in.residual ? 65536 : 131072)) {
     // Without a residual at N=65536 in two 256-thread CTAs an SM: 0.918 -> 0.935, one
     // run (plan_cases/bulk-more-ctas-3.txt at bdac07b, docs/perf/h200-2026-12-03.md;
@@ -360,6 +365,18 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
       (in.residual && (in.residual_bytes != in.x_bytes || !in.residual_out)))
     return false;
   if (in.x_bytes == 4) {
+    // The H100's memory class keeps these fp32 rows in registers: NVIDIA H100 80GB HBM3,
+    // ratio to copy, the ring (own plan; the sweep at 9ef53ac where not in the call) ->
+    // row=regs, one run each in two calls (plan_cases/fwd-fp32-long-h100.txt at e19bb11,
+    // h100-followup.txt at 5862167; docs/perf/h200-2026-12-07c.md): LayerNorm without a
+    // residual N=32768 0.898 -> 0.996 / 0.995, 65536 0.907 -> 0.981 / 0.984, 131072
+    // 0.964 -> 0.976; RMSNorm with one N=32768 0.936 -> 0.985 / 0.988, 65536 0.941 ->
+    // 0.968; without N=65536 0.940 -> 0.996, 131072 0.940 -> 0.982. The ring stays for
+    // the rest: LayerNorm with a residual (N=32768 0.927 -> 0.906, 65536 0.963 -> 0.879,
+    // 131072 0.965 -> 0.769), RMSNorm with one N=131072 (0.962 -> 0.880), N=262144 (not
+    // measured on the H100). On the H200 the ring measured faster on all of them (above).
+    if (in.slower_memory() && in.n <= 131072 && (in.center ? !in.residual : (in.residual ? in.n <= 65536 : true)))
+      return false;
     if (in.center) return in.n <= 131072 || (!in.residual && in.n == 262144);
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;
   }

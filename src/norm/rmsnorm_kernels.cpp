@@ -106,6 +106,7 @@ RowPlan plan_fwd(const RmsFwdSpec& s, int max_vec, int arch) {
   in.params_smem_allowed = s.params_smem_allowed;
   in.group_rows_allowed = s.group_rows_allowed;
   in.store_stats = s.store_rstd;
+  in.memory_gbps = s.memory_gbps;
   force_plan(in, s.plan_override);
   return plan_rows(in);
 }
@@ -134,6 +135,7 @@ RowPlan plan_bwd(const RmsBwdSpec& s, int max_vec, int arch) {
   in.async_rows_allowed = s.async_rows_allowed;
   in.many_heads = s.many_heads;
   in.group_rows_allowed = s.group_rows_allowed;
+  in.memory_gbps = s.memory_gbps;
   force_plan(in, s.plan_override);
   return plan_rows(in);
 }
@@ -186,7 +188,8 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
   return make(family(s.center, "_fwd"), "normkit/norm/rmsnorm_fwd.cuh", e.str());
 }
 
-rt::KernelSource bwd_source(const RmsBwdSpec& s) {
+namespace {
+rt::KernelSource bwd_rows_source(const RmsBwdSpec& s) {
   std::ostringstream e;
   if (s.plan.synced) {
     NK_CHECK(!s.weight && !s.dbias, "rmsnorm_bwd: synced split plan with dw/db (internal)");
@@ -225,6 +228,14 @@ rt::KernelSource bwd_source(const RmsBwdSpec& s) {
     << flag(s.plan.prefetch) << ", " << flag(s.center) << ", " << flag(s.plan.smem_sums) << ", "
     << flag(s.plan.async_rows) << ", " << flag(s.plan.weight_smem) << ", " << flag(s.plan.l2_next) << ">";
   return make(family(s.center, "_bwd"), "normkit/norm/rmsnorm_bwd.cuh", e.str());
+}
+}  // namespace
+
+rt::KernelSource bwd_source(const RmsBwdSpec& s) {
+  rt::KernelSource k = bwd_rows_source(s);
+  // The row kernel's stores (dx, dresidual) evict-first (vector_io.cuh's NK_STORE_CACHE).
+  if (s.plan.evict_first) k.options.push_back("-DNK_STORE_CACHE=1");
+  return k;
 }
 
 rt::KernelSource bwd_column_source(const RmsBwdColumnSpec& s) {

@@ -27,6 +27,7 @@ struct RmsFwdSpec {
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
   bool group_rows_allowed = true;   // RowPlanInputs::group_rows_allowed
   rt::PlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::forced_*)
+  int memory_gbps = 0;             // RowPlanInputs::memory_gbps (the device's)
 };
 
 struct RmsBwdSpec {
@@ -46,6 +47,7 @@ struct RmsBwdSpec {
   bool many_heads = false;         // RowPlanInputs::many_heads (per-head weights)
   bool group_rows_allowed = true;  // RowPlanInputs::group_rows_allowed
   rt::PlanOverride plan_override;  // NORMKIT_BACKWARD_PLAN (RowPlanInputs::forced_*)
+  int memory_gbps = 0;             // RowPlanInputs::memory_gbps (the device's)
 };
 
 // Column-wise dw/db pass used when the row kernel is not register-resident.

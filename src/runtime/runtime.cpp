@@ -275,6 +275,11 @@ DeviceInfo Runtime::device_info(int device) {
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  int memory_khz = 0, bus_bits = 0;
+  // Not checked: a driver without these attributes leaves the plans on their defaults.
+  if (d.cuDeviceGetAttribute(&memory_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) == CUDA_SUCCESS &&
+      d.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) == CUDA_SUCCESS)
+    info.memory_gbps = memory_gbps(memory_khz, bus_bits);
   info.target = resolve_target(info.cc_major, info.cc_minor, toolchain(true));
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->devices.emplace(device, info).first->second;

@@ -342,6 +342,10 @@ _MEASURED_FORWARD = [
     # the long rows' measured shapes (test_forward_long_rows.cpp)
     (False, BF16, True, 131072), (False, BF16, False, 65536), (False, BF16, False, 131072), (True, BF16, False, 131072),
     (True, FP32, True, 262144),
+    # the fp32 rows whose plans differ on an H100's memory (test_memory_class_plans.cpp):
+    # the register rows there, the ring on an H200
+    (True, FP32, False, 32768), (True, FP32, False, 65536), (True, FP32, False, 131072), (True, FP32, True, 32768),
+    (False, FP32, True, 32768), (False, FP32, True, 65536), (False, FP32, False, 65536), (False, FP32, False, 131072),
 ]
 
 

@@ -49,11 +49,24 @@ struct Counters {
   std::uint64_t load_ns = 0;        // wall time spent in cuModuleLoadData + cuModuleGetFunction
 };
 
+// Peak DRAM bandwidth in GB/s of memory clocked at `memory_khz` (the driver's
+// CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE) on a `bus_bits` wide bus, two transfers a
+// clock (HBM, GDDR as the driver reports them): H100 SXM 2619 MHz x 5120 bits -> 3352,
+// H200 3201 MHz x 6144 bits -> 4916. 0 for a clock or width that is not positive.
+inline int memory_gbps(int memory_khz, int bus_bits) {
+  if (memory_khz <= 0 || bus_bits <= 0) return 0;
+  return static_cast<int>(static_cast<long long>(memory_khz) * bus_bits / 4000000);
+}
+
 struct DeviceInfo {
   int ordinal = -1;
   std::string name;
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
+  // Peak DRAM bandwidth, GB/s, from the driver's memory clock and bus width (0 where the
+  // driver reports neither): the plans tell an H100 (~3350) from an H200 (~4900), two
+  // sm_90 parts of 132 SMs whose best plans differ (rmsnorm_heuristics.hpp).
+  int memory_gbps = 0;
   Target target;  // resolved compile target
 };
 
