@@ -249,15 +249,19 @@ def _print_report(out, report, selftest):
         reason = _strip_prefix(report["no_gpu_reason"], "CUDA driver unavailable: ")
         out.line(f"no GPU found: {reason.splitlines()[0].rstrip(':')}")
     else:
-        columns = ["GPU", "name", "compute capability", "SMs", "target"]
+        # Memory: the peak DRAM bandwidth the plans read (an H100's class under 4000 GB/s
+        # plans some rows otherwise than an H200's; docs/perf/h200-2026-12-07c.md).
+        columns = ["GPU", "name", "compute capability", "SMs", "memory GB/s", "target"]
         if selftest:
             columns.append("selftest")
         rows = []
         for gpu in report["gpus"]:
             if gpu["error"]:
-                row = [gpu["ordinal"], f"error: {gpu['error']}", "-", "-", "-"]
+                row = [gpu["ordinal"], f"error: {gpu['error']}", "-", "-", "-", "-"]
             else:
-                row = [gpu["ordinal"], gpu["name"], gpu["cc"], gpu["sm_count"], gpu["target"]]
+                gbps = gpu.get("memory_gbps") or 0
+                memory = f"{gbps} (H100 plans)" if 0 < gbps < 4000 else (str(gbps) if gbps else "unknown")
+                row = [gpu["ordinal"], gpu["name"], gpu["cc"], gpu["sm_count"], memory, gpu["target"]]
             if selftest:
                 row.append(gpu["selftest"])
             rows.append(row)

@@ -185,6 +185,7 @@ NB_MODULE(_C, m) {
     d["name"] = text(info.name);
     d["cc"] = cc_string(info.cc_major, info.cc_minor);
     d["sm_count"] = info.sm_count;
+    d["memory_gbps"] = info.memory_gbps;
     d["target"] = info.target.str();
     return d;
   }, "device"_a);

@@ -138,19 +138,20 @@ def test_empty_cache_commands(cli, cache_dir):
 
 @pytest.fixture
 def fake_gpus(monkeypatch):
-    """Two simulated GPUs (the second fails its self-test), to exercise doctor's GPU path anywhere."""
+    """Three simulated GPUs (the second fails its self-test), to exercise doctor's GPU path anywhere."""
     import normkit.cli
 
     devices = [
-        {"ordinal": 0, "name": "Fake H200", "cc": "9.0", "sm_count": 132, "target": "sm_90a"},
-        {"ordinal": 1, "name": "Fake A100", "cc": "8.0", "sm_count": 108, "target": "sm_80"},
+        {"ordinal": 0, "name": "Fake H200", "cc": "9.0", "sm_count": 132, "memory_gbps": 4916, "target": "sm_90a"},
+        {"ordinal": 1, "name": "Fake A100", "cc": "8.0", "sm_count": 108, "memory_gbps": 0, "target": "sm_80"},
+        {"ordinal": 2, "name": "Fake H100", "cc": "9.0", "sm_count": 132, "memory_gbps": 3352, "target": "sm_90a"},
     ]
     fake = normkit.cli._C
     monkeypatch.setattr(fake, "device_count", lambda: len(devices))
     monkeypatch.setattr(fake, "device_info", lambda i: dict(devices[i]))
     monkeypatch.setattr(fake, "toolchain", lambda need_driver=False: {
         "nvrtc_version": "13.0", "nvrtc_archs": [75, 80, 90, 100], "driver_version": 13000})
-    monkeypatch.setattr(fake, "selftest_run", lambda i: "" if i == 0 else "y[3] = 1 (expected 7)")
+    monkeypatch.setattr(fake, "selftest_run", lambda i: "y[3] = 1 (expected 7)" if i == 1 else "")
     return devices
 
 
@@ -161,6 +162,8 @@ def test_doctor_lists_gpus(cli, fake_gpus):
     assert "no GPU found" not in out
     for gpu in fake_gpus:
         assert gpu["name"] in out and gpu["target"] in out and str(gpu["sm_count"]) in out
+    # The memory class the plans read: an H100's named, an unknown bandwidth said so.
+    assert "3352 (H100 plans)" in out and "4916" in out and "unknown" in out
 
 
 def test_doctor_selftest_failure_exits_1(cli, fake_gpus):
@@ -172,7 +175,7 @@ def test_doctor_selftest_failure_exits_1(cli, fake_gpus):
     code, out, _ = cli("doctor", "--selftest", "--json")
     assert code == 1
     report = json.loads(out)
-    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL"]
+    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL", "PASS"]
 
 
 def test_doctor_without_nvrtc_says_why(cli, monkeypatch):
