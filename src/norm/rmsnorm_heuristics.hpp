@@ -78,7 +78,7 @@ struct RowPlan {
   // them fit); NORMKIT_BACKWARD_PLAN's dro=direct.
   bool dro_direct = false;
   // Backward: the row kernel stores dx (and dresidual) evict-first, st.global.cs (its
-  // source compiled with -DNK_STORE_CACHE=1, device/normkit/common/vector_io.cuh),
+  // source compiled with -DNK_PLAN_STORE_CACHE=1, device/normkit/common/vector_io.cuh),
   // where that measured faster (evict_first_measured).
   bool evict_first = false;
   // Rows where NORMKIT_FORWARD_PLAN's (NORMKIT_BACKWARD_PLAN's) row=bulk asks for it,

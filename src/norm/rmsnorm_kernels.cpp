@@ -233,8 +233,9 @@ rt::KernelSource bwd_rows_source(const RmsBwdSpec& s) {
 
 rt::KernelSource bwd_source(const RmsBwdSpec& s) {
   rt::KernelSource k = bwd_rows_source(s);
-  // The row kernel's stores (dx, dresidual) evict-first (vector_io.cuh's NK_STORE_CACHE).
-  if (s.plan.evict_first) k.options.push_back("-DNK_STORE_CACHE=1");
+  // The row kernel's stores (dx, dresidual) evict-first (vector_io.cuh's NK_STORE_CACHE,
+  // which NORMKIT_NVRTC_FLAGS' -DNK_STORE_CACHE=0 turns off again for measuring).
+  if (s.plan.evict_first) k.options.push_back("-DNK_PLAN_STORE_CACHE=1");
   return k;
 }
 

@@ -99,7 +99,7 @@ TEST(MemoryClass, Fp32ForwardRows) {
     EXPECT_EQ(fwd_kernel(o, kH100Gbps), fwd_kernel(o, kH200Gbps)) << o.n;
 }
 
-// The backward row kernel's stores evict-first (-DNK_STORE_CACHE=1) on the H100's class
+// The backward row kernel's stores evict-first (-DNK_PLAN_STORE_CACHE=1) on the H100's class
 // without dresidual_out where a thread has more than 64 registers, not with it, not in the forward, not on the H200's class, not
 // under a forced plan field, not in calls of few rows.
 TEST(MemoryClass, EvictFirstStores) {
@@ -121,18 +121,18 @@ TEST(MemoryClass, EvictFirstStores) {
         // Every bf16 row measured; fp32 rows of 64 registers a thread are left plain.
         const bool roomy = std::int64_t{p.threads()} * p.min_blocks < 1024;
         EXPECT_TRUE(x == f32 || roomy) << n << " " << center << " " << p.str();
-        EXPECT_EQ(has_option(h100.rows, "-DNK_STORE_CACHE=1"), roomy) << n << " " << center << " " << p.str();
+        EXPECT_EQ(has_option(h100.rows, "-DNK_PLAN_STORE_CACHE=1"), roomy) << n << " " << center << " " << p.str();
         if (h100.param_reduce) {
           EXPECT_TRUE(h100.param_reduce->options.empty());
         }
-        EXPECT_FALSE(has_option(rows(s, kH200Gbps).rows, "-DNK_STORE_CACHE=1")) << n;
-        EXPECT_FALSE(has_option(rows(s, 0).rows, "-DNK_STORE_CACHE=1")) << n;
-        EXPECT_FALSE(has_option(rows(s, kH100Gbps, "row=regs").rows, "-DNK_STORE_CACHE=1")) << n;
-        EXPECT_FALSE(has_option(rows(norm_bwd_spec(n, x, x, center, true), kH100Gbps).rows, "-DNK_STORE_CACHE=1"))
+        EXPECT_FALSE(has_option(rows(s, kH200Gbps).rows, "-DNK_PLAN_STORE_CACHE=1")) << n;
+        EXPECT_FALSE(has_option(rows(s, 0).rows, "-DNK_PLAN_STORE_CACHE=1")) << n;
+        EXPECT_FALSE(has_option(rows(s, kH100Gbps, "row=regs").rows, "-DNK_PLAN_STORE_CACHE=1")) << n;
+        EXPECT_FALSE(has_option(rows(norm_bwd_spec(n, x, x, center, true), kH100Gbps).rows, "-DNK_PLAN_STORE_CACHE=1"))
             << n;
         RmsBwdSpec few = s;
         few.few_rows = true;
-        EXPECT_FALSE(has_option(rows(few, kH100Gbps).rows, "-DNK_STORE_CACHE=1")) << n;
+        EXPECT_FALSE(has_option(rows(few, kH100Gbps).rows, "-DNK_PLAN_STORE_CACHE=1")) << n;
       }
     }
   }

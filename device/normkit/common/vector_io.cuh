@@ -137,8 +137,14 @@ struct RawVec<bf16, VEC, true> {
 // the output's lines, written once and never read here, are the first L2 gives up.
 // Every caller's pointer is global memory (outputs and partials); the hinted stores go
 // by words of 16, 8 or 4 bytes, and a 2-byte vector (VEC 1 of a 16-bit type) plainly.
+// A plan that stores evict-first (RowPlan::evict_first) compiles with
+// -DNK_PLAN_STORE_CACHE=1, which a -DNK_STORE_CACHE given for measuring overrides.
 #ifndef NK_STORE_CACHE
+#ifdef NK_PLAN_STORE_CACHE
+#define NK_STORE_CACHE NK_PLAN_STORE_CACHE
+#else
 #define NK_STORE_CACHE 0
+#endif
 #endif
 static_assert(NK_STORE_CACHE == 0 || NK_STORE_CACHE == 1, "NK_STORE_CACHE is 0 or 1");
 
