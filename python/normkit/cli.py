@@ -249,8 +249,8 @@ def _print_report(out, report, selftest):
         reason = _strip_prefix(report["no_gpu_reason"], "CUDA driver unavailable: ")
         out.line(f"no GPU found: {reason.splitlines()[0].rstrip(':')}")
     else:
-        # Memory: the peak DRAM bandwidth the plans read (an H100's class under 4000 GB/s
-        # plans some rows otherwise than an H200's; docs/perf/h200-2026-12-07c.md).
+        # Memory: the peak DRAM bandwidth the plans read (the runtime's slower_memory class,
+        # an H100's, plans some rows otherwise than an H200's; docs/perf/h200-2026-12-07c.md).
         columns = ["GPU", "name", "compute capability", "SMs", "memory GB/s", "target"]
         if selftest:
             columns.append("selftest")
@@ -260,7 +260,7 @@ def _print_report(out, report, selftest):
                 row = [gpu["ordinal"], f"error: {gpu['error']}", "-", "-", "-", "-"]
             else:
                 gbps = gpu.get("memory_gbps") or 0
-                memory = f"{gbps} (H100 plans)" if 0 < gbps < 4000 else (str(gbps) if gbps else "unknown")
+                memory = f"{gbps} (H100 plans)" if gpu.get("slower_memory") else (str(gbps) if gbps else "unknown")
                 row = [gpu["ordinal"], gpu["name"], gpu["cc"], gpu["sm_count"], memory, gpu["target"]]
             if selftest:
                 row.append(gpu["selftest"])

@@ -311,8 +311,9 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
   std::optional<BwdKernels> found = memo.find(key);
   if (!found) {
     BwdKernels k;
-    k.sm_count = runtime.device_info(device).sm_count;
-    spec.memory_gbps = runtime.device_info(device).memory_gbps;
+    const rt::DeviceInfo info = runtime.device_info(device);
+    k.sm_count = info.sm_count;
+    spec.memory_gbps = info.memory_gbps;
     k.pdl = use_pdl(runtime, device);
     const int arch = runtime.target_for_device(device).arch;
     // A group's CTAs wait for each other: the device must hold one group at once

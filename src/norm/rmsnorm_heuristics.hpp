@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "normkit/runtime/runtime.hpp"
+
 namespace normkit::norm::detail {
 
 struct RowPlan {
@@ -178,7 +180,7 @@ struct RowPlanInputs {
   // An sm_90 part with the H100's memory (under 4 TB/s: H100 SXM/PCIe/NVL) rather than
   // the H200's, where the plans were measured first. The rules that differ say so
   // with the H100 measurements beside them; an unknown bandwidth plans as the H200.
-  bool slower_memory() const { return memory_gbps > 0 && memory_gbps < 4000; }
+  bool slower_memory() const { return rt::slower_memory(memory_gbps); }
   // One bandwidth of each class slower_memory() tells apart (the H200's class first, as
   // an unknown bandwidth plans): a compile-only target builds the kernels of both.
   static constexpr int kMemoryClasses[2] = {0, 3352};

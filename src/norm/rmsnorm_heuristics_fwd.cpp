@@ -375,7 +375,7 @@ bool bulk_rows_measured(const RowPlanInputs& in) {
     // the rest: LayerNorm with a residual (N=32768 0.927 -> 0.906, 65536 0.963 -> 0.879,
     // 131072 0.965 -> 0.769), RMSNorm with one N=131072 (0.962 -> 0.880), N=262144 (not
     // measured on the H100). On the H200 the ring measured faster on all of them (above).
-    if (in.slower_memory() && in.n <= 131072 && (in.center ? !in.residual : (in.residual ? in.n <= 65536 : true)))
+    if (in.slower_memory() && in.n <= 131072 && (in.center ? !in.residual : !in.residual || in.n <= 65536))
       return false;
     if (in.center) return in.n <= 131072 || (!in.residual && in.n == 262144);
     return in.residual ? in.n >= 32768 && in.n <= 131072 : in.n >= 65536;

@@ -186,6 +186,7 @@ NB_MODULE(_C, m) {
     d["cc"] = cc_string(info.cc_major, info.cc_minor);
     d["sm_count"] = info.sm_count;
     d["memory_gbps"] = info.memory_gbps;
+    d["slower_memory"] = normkit::rt::slower_memory(info.memory_gbps);
     d["target"] = info.target.str();
     return d;
   }, "device"_a);

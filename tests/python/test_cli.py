@@ -142,9 +142,9 @@ def fake_gpus(monkeypatch):
     import normkit.cli
 
     devices = [
-        {"ordinal": 0, "name": "Fake H200", "cc": "9.0", "sm_count": 132, "memory_gbps": 4916, "target": "sm_90a"},
-        {"ordinal": 1, "name": "Fake A100", "cc": "8.0", "sm_count": 108, "memory_gbps": 0, "target": "sm_80"},
-        {"ordinal": 2, "name": "Fake H100", "cc": "9.0", "sm_count": 132, "memory_gbps": 3352, "target": "sm_90a"},
+        {"ordinal": 0, "name": "Fake H200", "cc": "9.0", "sm_count": 132, "memory_gbps": 4916, "slower_memory": False, "target": "sm_90a"},
+        {"ordinal": 1, "name": "Fake A100", "cc": "8.0", "sm_count": 108, "memory_gbps": 0, "slower_memory": False, "target": "sm_80"},
+        {"ordinal": 2, "name": "Fake H100", "cc": "9.0", "sm_count": 132, "memory_gbps": 3352, "slower_memory": True, "target": "sm_90a"},
     ]
     fake = normkit.cli._C
     monkeypatch.setattr(fake, "device_count", lambda: len(devices))

@@ -58,6 +58,10 @@ inline int memory_gbps(int memory_khz, int bus_bits) {
   return static_cast<int>(static_cast<long long>(memory_khz) * bus_bits / 4000000);
 }
 
+// The memory class the norm plans read (RowPlanInputs::slower_memory, `normkit doctor`):
+// under 4 TB/s, an H100's (SXM/PCIe/NVL) rather than an H200's; 0 (unknown) is not.
+inline bool slower_memory(int memory_gbps) { return memory_gbps > 0 && memory_gbps < 4000; }
+
 struct DeviceInfo {
   int ordinal = -1;
   std::string name;
