@@ -113,13 +113,25 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
     // at e19bb11, docs/perf/h200-2026-12-07c.md): over eight 128-thread CTAs (the H200's
     // shape below) 0.859, four of 512 0.952, eight of 256 two an SM 0.882. At N=65536
     // four of 512 were level (0.857 / 0.856, h100-followup.txt at 5862167).
-    if (!in.residual && n == 32768 && in.slower_memory()) return {4, 0, 0};
+    // At N=65536 one 512-thread CTA an SM over 8 0.882 -> 0.949, at N=131072 two 256-thread
+    // CTAs an SM over 16 0.904 -> 0.929 (over 8 of 512: 0.910), two runs each in one call
+    // (h100-cliffs-s45.txt at 4da76dc, docs/perf/h200-2026-12-07d.md; the earlier 0.857 at
+    // N=65536 was four CTAs, and eight of 512 gave 0.945 in ln-bwd-16k-64k-h100.txt).
+    if (!in.residual && in.slower_memory()) {
+      if (n == 32768) return {4, 0, 0};
+      if (n == 65536) return {8, 0, 0};
+      if (n == 131072) return {16, 256, 2};
+    }
     if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
     if (in.residual && n == 32768) return {8, 256, 2};
     if (in.residual && n == 65536) return {16, 128, 3};
     if (in.residual && n == 131072) return {16, 0, 0, 2};
     return {};
   }
+  // H100 80GB HBM3, one 512-thread CTA an SM over n / 8192 (two runs each in one call,
+  // h100-cliffs-s45.txt at 4da76dc): N=32768 0.919 -> 0.954, 65536 0.921 -> 0.955; the
+  // other count lost (over 8 at N=32768 0.651, over 4 at 65536 0.898).
+  if (!in.residual && in.slower_memory() && (n == 32768 || n == 65536)) return {static_cast<int>(n / 8192), 0, 0};
   if (!in.residual && n >= 32768 && n <= 131072) return {static_cast<int>(n / 8192), 256, 2};
   return {};
 }
@@ -150,13 +162,17 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // Not measured, so not planned: fp16, fp32 (their register rows already reach
 // 0.92-1.0x), N between powers of two, N < 256, per-head weights.
 // On the H100's memory class (RowPlanInputs::slower_memory) LayerNorm without
-// dresidual_out takes two vectors a thread from N=1024, N=16384 included (one
+// dresidual_out takes two vectors a thread from N=512, N=16384 included (one
 // 512-thread CTA's ring, h and dout of 2048 columns a CTA). NVIDIA H100 80GB HBM3, ratio
 // to copy, own plan (ept=32 above; N=16384 the ring over four 128-thread CTAs) ->
 // row=bulk,ept=16, one run each in two calls (scripts/plan_cases/bwd-no-dro-h100.txt
 // at e19bb11, h100-followup.txt at 5862167; docs/perf/h200-2026-12-07c.md): N=1024
 // 0.835 -> 0.883, 2048 0.857 -> 0.896, 4096 0.857 -> 0.918, 8192 0.844 -> 0.960, 16384
-// 0.854 -> 0.874; the register rows at N=8192 0.778.
+// 0.854 -> 0.874; the register rows at N=8192 0.778. N=512 0.852 -> 0.882 (two runs,
+// h100-cliffs-s45.txt at 4da76dc); N=256 lost (0.876 -> 0.865, ept=32 0.822), and at
+// N=16384 ept=32 gave 0.903 against 0.893 (one run 0.891, the other 0.915: not taken).
+// RMSNorm on the H100 at ept=16, same call: N=1024-4096 0.905/0.910/0.898 ->
+// 0.892/0.901/0.898 (not taken).
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
   // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
@@ -164,7 +180,7 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
       in.n > 16384 || (in.n & (in.n - 1)) != 0 || in.max_vec < 8 || !in.param_grads || in.weight_bytes != 2 ||
       in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
     return 0;
-  if (in.center && !dro && in.slower_memory() && in.n >= 1024) return 16;
+  if (in.center && !dro && in.slower_memory() && in.n >= 512) return 16;
   if (in.n == 16384) return !in.center && !dro ? 32 : 0;
   if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
   if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;

@@ -54,9 +54,10 @@ TEST(MemoryClass, BandwidthFromClockAndBus) {
 }
 
 // LayerNorm bf16 backward without dresidual_out: two vectors a thread on the ring from
-// N=1024 (N=16384 included), and at N=32768 the ring over four 512-thread CTAs.
+// N=512 (N=16384 included); at N=32768 and 65536 the ring over four and eight 512-thread
+// CTAs, at N=131072 over sixteen of 256 two an SM.
 TEST(MemoryClass, LayerNormBf16BackwardRows) {
-  for (const std::int64_t n : {1024, 2048, 4096, 8192, 16384}) {
+  for (const std::int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
     const RmsBwdSpec s = norm_bwd_spec(n, bf16, bf16, true, false);
     const std::string h100 = bwd_kernel(s, kH100Gbps);
     EXPECT_EQ(h100, bwd_kernel(s, 0, "row=bulk,ept=16")) << n;
@@ -66,10 +67,31 @@ TEST(MemoryClass, LayerNormBf16BackwardRows) {
   const RmsBwdSpec s = norm_bwd_spec(32768, bf16, bf16, true, false);
   EXPECT_EQ(bwd_kernel(s, kH100Gbps), bwd_kernel(s, 0, "row=bulk,cluster=4"));
   EXPECT_EQ(bwd_kernel(s, kH200Gbps), bwd_kernel(s, 0, "row=bulk,cluster=8,cta=128,minb=3"));
-  // Not where it was not measured: N=512 (ept=32 on both), RMSNorm, dresidual_out.
-  for (const RmsBwdSpec& o : {norm_bwd_spec(512, bf16, bf16, true, false), norm_bwd_spec(2048, bf16, bf16, false, false),
-                              norm_bwd_spec(2048, bf16, bf16, true, true), norm_bwd_spec(65536, bf16, bf16, true, false)})
+  const RmsBwdSpec s64k = norm_bwd_spec(65536, bf16, bf16, true, false);
+  EXPECT_EQ(bwd_kernel(s64k, kH100Gbps), bwd_kernel(s64k, 0, "row=bulk,cluster=8"));
+  EXPECT_NE(bwd_kernel(s64k, kH100Gbps), bwd_kernel(s64k, kH200Gbps));
+  const RmsBwdSpec s128k = norm_bwd_spec(131072, bf16, bf16, true, false);
+  EXPECT_EQ(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, 0, "row=bulk,cluster=16,cta=256,minb=2"));
+  EXPECT_NE(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, kH200Gbps));
+  // Not where it was not measured: N=256, RMSNorm's short rows, dresidual_out, N=262144.
+  for (const RmsBwdSpec& o : {norm_bwd_spec(256, bf16, bf16, true, false), norm_bwd_spec(2048, bf16, bf16, false, false),
+                              norm_bwd_spec(2048, bf16, bf16, true, true), norm_bwd_spec(262144, bf16, bf16, true, false)})
     EXPECT_EQ(bwd_kernel(o, kH100Gbps), bwd_kernel(o, kH200Gbps)) << o.n << " center " << o.center;
+}
+
+// RMSNorm bf16 backward without dresidual_out at N=32768 and 65536: the ring over
+// n / 8192 512-thread CTAs (the H200's class: two 256-thread CTAs an SM).
+TEST(MemoryClass, RmsNormBf16BackwardLongRows) {
+  for (const std::int64_t n : {32768, 65536}) {
+    const RmsBwdSpec s = norm_bwd_spec(n, bf16, bf16, false, false);
+    EXPECT_EQ(bwd_kernel(s, kH100Gbps), bwd_kernel(s, 0, "row=bulk,cluster=" + std::to_string(n / 8192))) << n;
+    EXPECT_EQ(bwd_kernel(s, kH200Gbps),
+              bwd_kernel(s, 0, "row=bulk,cluster=" + std::to_string(n / 8192) + ",cta=256,minb=2"))
+        << n;
+  }
+  for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(16384, bf16, bf16, false, false),
+                              norm_bwd_spec(65536, bf16, bf16, false, true)})
+    EXPECT_EQ(bwd_kernel(o, kH100Gbps), bwd_kernel(o, kH200Gbps)) << o.n << " dro " << o.dresidual_out.has_value();
 }
 
 // fp32 forward rows the H100's class keeps in registers (row=regs) where the H200's
