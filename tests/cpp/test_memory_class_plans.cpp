@@ -73,6 +73,9 @@ TEST(MemoryClass, LayerNormBf16BackwardRows) {
   const RmsBwdSpec s128k = norm_bwd_spec(131072, bf16, bf16, true, false);
   EXPECT_EQ(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, 0, "row=bulk,cluster=16,cta=256,minb=2"));
   EXPECT_NE(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, kH200Gbps));
+  const RmsBwdSpec dro32k = norm_bwd_spec(32768, bf16, bf16, true, true);
+  EXPECT_EQ(bwd_kernel(dro32k, kH100Gbps), bwd_kernel(dro32k, 0, "row=bulk,cluster=4"));
+  EXPECT_EQ(bwd_kernel(dro32k, kH200Gbps), bwd_kernel(dro32k, 0, "row=bulk,cluster=8,cta=256,minb=2"));
   // Not where it was not measured: N=256, RMSNorm's short rows, dresidual_out, N=262144.
   for (const RmsBwdSpec& o : {norm_bwd_spec(256, bf16, bf16, true, false), norm_bwd_spec(2048, bf16, bf16, false, false),
                               norm_bwd_spec(2048, bf16, bf16, true, true), norm_bwd_spec(262144, bf16, bf16, true, false)})
