@@ -41,7 +41,7 @@ std::string error_of(const std::function<void()>& call) {
 // The entries the dispatch compiles for calls of this variant on 16-byte-aligned
 // data (norm_fwd_cuda / plan_backward with center), written out independently of
 // the precompile code: the forward's and the backward's kernels for many and for
-// few rows, each once.
+// few rows (the backward's on either memory class), each once.
 std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, bool smem_sums = true,
                                           bool async_rows = true, const std::string& fwd_plan = "",
                                           const std::string& bwd_plan = "") {
@@ -69,9 +69,12 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
     return fwd;
   }
   std::vector<std::string> entries;
+  // Either memory class's plans (an H200's, then an H100's: RowPlanInputs::slower_memory).
+  for (const int memory_gbps : RowPlanInputs::kMemoryClasses)
   for (const bool few_rows : {false, true})
   for (const bool many_heads : {false, true}) {  // per-head calls: no wait in split rows
     RmsBwdSpec s;
+    s.memory_gbps = memory_gbps;
     s.n = v.n;
     s.x = v.x;
     s.weight = v.weight;
