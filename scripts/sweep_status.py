@@ -3,8 +3,9 @@ bench.json: the counts that docs/perf/h200.md's "Current status" reports.
 
   - bandwidth: normkit's sweep rows below their ratio to copy (forward 0.92, backward
     0.88 for N >= 1024; 0.80 below);
-  - peers: per peer, the sweep rows it ran where it was faster than normkit, and the
-    decode rows (graph replay) where it was;
+  - peers: per peer, the sweep rows it ran where it was faster than normkit (and of
+    those, how many clear: the peer's p80 under normkit's p20, so not a tie within the
+    samples' spread), and the decode rows (graph replay) where it was;
   - cliffs: rows whose ratio is more than 5 % from a neighbour's (the next smaller or
     larger N of the same op, direction, dtype and residual);
   - unsteady: sweep rows of any implementation whose samples still spread wide after the
@@ -65,12 +66,22 @@ def unsteady(r):
     return bool(p20 and p80 and p80 / p20 > SPREAD_LIMIT)
 
 
+def clearly_faster(peer, ours):
+    """Whether the peer's row beat ours beyond the samples' spread: its p80 under our
+    p20 (rows without the percentiles: by their medians)."""
+    if peer.get("us_p80") and ours.get("us_p20"):
+        return peer["us_p80"] < ours["us_p20"]
+    return peer["us"] < ours["us"]
+
+
 def status(doc, op=None):
     ours, peers = sweep_rows(doc, op)
     shaky = sorted({(k, r["impl"]) for k, r in list(ours.items()) + peers if unsteady(r)})
     below = sorted((k, r["ratio_to_copy"]) for k, r in ours.items() if r["ratio_to_copy"] < target(k[1], k[4]))
     faster = collections.defaultdict(lambda: [0, 0])  # peer -> [rows ran, rows faster]
     faster_rows = []  # (peer, key, normkit us, peer us)
+    clear = collections.Counter()  # peer -> rows faster beyond both rows' p20-p80 spread
+    clear_rows = set()  # (peer, key)
     for key, r in peers:
         if key in ours:
             won = r["us"] < ours[key]["us"]
@@ -78,6 +89,9 @@ def status(doc, op=None):
             faster[r["impl"]][1] += won
             if won:
                 faster_rows.append((r["impl"], key, ours[key]["us"], r["us"]))
+                if clearly_faster(r, ours[key]):
+                    clear[r["impl"]] += 1
+                    clear_rows.add((r["impl"], key))
     decode = collections.Counter()
     decode_rows = 0
     for lat in doc.get("latency") or []:
@@ -101,7 +115,8 @@ def status(doc, op=None):
             if any(abs(by_n[n] - v) / v > CLIFF for v in near):
                 cliffs.append(g + (n,))
                 cliff_context[g + (n,)] = [(m, by_n[m]) for m in ns[max(0, i - 1):i + 2]]
-    return {"rows": len(ours), "below": below, "peers": dict(faster), "decode": dict(decode),
+    return {"rows": len(ours), "below": below, "peers": dict(faster), "clear": dict(clear), "clear_rows": clear_rows,
+            "decode": dict(decode),
             "decode_rows": decode_rows, "cliffs": sorted(cliffs), "faster_rows": sorted(faster_rows),
             "cliff_context": cliff_context, "unsteady": shaky}
 
@@ -135,7 +150,7 @@ def main(argv):
     s = status(doc, args.op)
     print(f"bandwidth: {len(s['below'])} of {s['rows']} rows below target")
     for peer, (ran, won) in sorted(s["peers"].items()):
-        print(f"peers: {peer} faster on {won} of {ran} rows")
+        print(f"peers: {peer} faster on {won} of {ran} rows ({s['clear'].get(peer, 0)} beyond the p20-p80 spreads)")
     print(f"decode: peers faster on {s['decode'] or 'none'} of {s['decode_rows']} decode rows")
     print(f"cliffs: {len(s['cliffs'])} of {s['rows']} rows more than {CLIFF:.0%} off a neighbour")
     print(f"unsteady: {len(s['unsteady'])} rows with p80/p20 over {SPREAD_LIMIT:.2f} after the bench's re-timing")
@@ -148,8 +163,9 @@ def main(argv):
         for key, ratio in s["below"]:
             print(f"  below: {name(key)} {ratio:.3f} (target {target(key[1], key[4]):.2f}){mark((key, 'normkit'))}")
         for peer, key, ours_us, peer_us in s["faster_rows"]:
+            tie = "" if (peer, key) in s["clear_rows"] else " (within the spreads)"
             print(f"  {peer} faster: {name(key)} {peer_us:.1f} against {ours_us:.1f} us "
-                  f"({(ours_us / peer_us - 1) * 100:.1f} %){mark((key, 'normkit'), (key, peer))}")
+                  f"({(ours_us / peer_us - 1) * 100:.1f} %){tie}{mark((key, 'normkit'), (key, peer))}")
         for key in s["cliffs"]:
             near = ", ".join(f"{m}: {r:.3f}" for m, r in s["cliff_context"][key])
             neighbours = [(key[:4] + (m,), "normkit") for m, _ in s["cliff_context"][key]]

@@ -1,6 +1,6 @@
 """scripts/sweep_status.py, the counts docs/perf/h200.md reports from a sweep's
 bench.json, on small made-up sweeps: the bandwidth targets by direction and N, peers
-faster by time, decode rows, neighbours more than 5 % apart, rows that moved."""
+faster by time (and beyond the samples' spread), decode rows, neighbours more than 5 % apart, rows that moved."""
 
 import gzip
 import json
@@ -42,6 +42,26 @@ def test_peers_faster_by_time_and_decode_rows(sweep_status):
     # The peer's N=4096 row has no normkit row to race.
     assert s["peers"] == {"liger": [2, 1], "eager": [1, 0]}
     assert s["decode"] == {"liger": 1} and s["decode_rows"] == 2
+
+
+def test_peer_faster_beyond_the_spread_or_within_it(sweep_status, capsys, tmp_path):
+    def spread(r, p20, p80):
+        return dict(r, us_p20=p20, us_p80=p80)
+
+    rows = [spread(row("fwd", 1024, 0.95, us=10.0), 9.9, 10.1), spread(row("fwd", 1024, 0.9, impl="liger", us=9.7), 9.6, 9.8),
+            spread(row("fwd", 2048, 0.95, us=20.0), 19.8, 20.2), spread(row("fwd", 2048, 0.9, impl="liger", us=19.9), 19.7, 20.0),
+            row("fwd", 4096, 0.95, us=30.0), row("fwd", 4096, 0.9, impl="liger", us=29.0)]
+    s = sweep_status.status(doc(rows))
+    # N=1024: liger's p80 9.8 under our p20 9.9; N=2048: 20.0 over 19.8, a tie; N=4096
+    # has no percentiles: by the medians.
+    assert s["peers"] == {"liger": [3, 3]} and s["clear"] == {"liger": 2}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc(rows)))
+    assert sweep_status.main([str(path), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "peers: liger faster on 3 of 3 rows (2 beyond the p20-p80 spreads)" in out
+    assert "liger faster: rmsnorm fwd bf16 N=2048 19.9 against 20.0 us (0.5 %) (within the spreads)" in out
+    assert "liger faster: rmsnorm fwd bf16 N=1024 9.7 against 10.0 us (3.1 %)\n" in out
 
 
 def test_cliffs_against_either_neighbour(sweep_status):
@@ -100,7 +120,7 @@ def test_unsteady_rows_are_counted_and_mark_the_judgments_they_carry(sweep_statu
     out = capsys.readouterr().out
     assert "unsteady: 2 rows with p80/p20 over 1.10" in out
     assert "below: rmsnorm fwd bf16 N=2048 0.800 (target 0.92) (unsteady)" in out
-    assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %) (unsteady)" in out
+    assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %) (within the spreads) (unsteady)" in out
     # N=4096's cliff to 2048 rests on the unsteady N=2048 row; 8192 has no cliff.
     assert "cliff: rmsnorm fwd bf16 N=4096 (2048: 0.800, 4096: 0.950, 8192: 0.950) (unsteady)" in out
     assert "  unsteady: rmsnorm fwd bf16 N=1024 liger" in out
