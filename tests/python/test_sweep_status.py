@@ -23,6 +23,14 @@ def doc(rows, latency=()):
     return {"rows": list(rows), "latency": list(latency)}
 
 
+def listed(sweep_status, capsys, tmp_path, rows, *flags, latency=()):
+    """What `sweep_status.py SWEEP --list [flags]` prints for a sweep of these rows."""
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc(rows, latency)))
+    assert sweep_status.main([str(path), "--list", *flags]) == 0
+    return capsys.readouterr().out
+
+
 def test_targets_by_direction_and_n(sweep_status):
     s = sweep_status.status(doc([
         row("fwd", 512, 0.81), row("fwd", 1024, 0.919), row("fwd", 2048, 0.93),
@@ -55,10 +63,7 @@ def test_peer_faster_beyond_the_spread_or_within_it(sweep_status, capsys, tmp_pa
     # N=1024: liger's p80 9.8 under our p20 9.9; N=2048: 20.0 over 19.8, a tie; N=4096
     # has no percentiles: by the medians.
     assert s["peers"] == {"liger": [3, 3]} and s["clear"] == {"liger": 2}
-    path = tmp_path / "sweep.json"
-    path.write_text(json.dumps(doc(rows)))
-    assert sweep_status.main([str(path), "--list"]) == 0
-    out = capsys.readouterr().out
+    out = listed(sweep_status, capsys, tmp_path, rows)
     assert "peers: liger faster on 3 of 3 rows (2 beyond the p20-p80 spreads)" in out
     assert "liger faster: rmsnorm fwd bf16 N=2048 19.9 against 20.0 us (0.5 %) (within the spreads)" in out
     assert "liger faster: rmsnorm fwd bf16 N=1024 9.7 against 10.0 us (3.1 %)\n" in out
@@ -96,10 +101,7 @@ def test_one_operator_and_the_listed_peer_rows_and_cliffs(sweep_status, capsys, 
     s = sweep_status.status(doc(rows, latency), op="rmsnorm")
     assert s["rows"] == 2 and s["decode_rows"] == 1
     assert s["faster_rows"] == [("liger", ("rmsnorm", "fwd", "bf16", False, 1024), 10.0, 9.5)]
-    path = tmp_path / "sweep.json"
-    path.write_text(json.dumps(doc(rows, latency)))
-    assert sweep_status.main([str(path), "--list", "--op", "rmsnorm"]) == 0
-    out = capsys.readouterr().out
+    out = listed(sweep_status, capsys, tmp_path, rows, "--op", "rmsnorm", latency=latency)
     assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %)" in out
     assert "cliff: rmsnorm fwd bf16 N=2048 (1024: 0.950, 2048: 0.850)" in out
     assert "layernorm" not in out
@@ -114,10 +116,7 @@ def test_unsteady_rows_are_counted_and_mark_the_judgments_they_carry(sweep_statu
     s = sweep_status.status(doc(rows))
     # p80/p20 of exactly the limit is steady, as in the bench; rows without the fields are too.
     assert [(k[4], impl) for k, impl in s["unsteady"]] == [(1024, "liger"), (2048, "normkit")]
-    path = tmp_path / "sweep.json"
-    path.write_text(json.dumps(doc(rows)))
-    assert sweep_status.main([str(path), "--list"]) == 0
-    out = capsys.readouterr().out
+    out = listed(sweep_status, capsys, tmp_path, rows)
     assert "unsteady: 2 rows with p80/p20 over 1.10" in out
     assert "below: rmsnorm fwd bf16 N=2048 0.800 (target 0.92) (unsteady)" in out
     assert "liger faster: rmsnorm fwd bf16 N=1024 9.5 against 10.0 us (5.3 %) (within the spreads) (unsteady)" in out
