@@ -109,24 +109,24 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
   // the register rows would take them instead.
   if ((n & (n - 1)) != 0) return {};
   if (in.center) {
-    // H100 80GB HBM3, ratio to copy, one run each in one call (plan_cases/bwd-no-dro-h100.txt
-    // at e19bb11, docs/perf/h200-2026-12-07c.md): over eight 128-thread CTAs (the H200's
-    // shape below) 0.859, four of 512 0.952, eight of 256 two an SM 0.882. At N=65536
-    // four of 512 were level (0.857 / 0.856, h100-followup.txt at 5862167).
-    // At N=65536 one 512-thread CTA an SM over 8 0.882 -> 0.949, at N=131072 two 256-thread
-    // CTAs an SM over 16 0.904 -> 0.929 (over 8 of 512: 0.910), two runs each in one call
-    // (h100-cliffs-s45.txt at 4da76dc, docs/perf/h200-2026-12-07d.md; the earlier 0.857 at
-    // N=65536 was four CTAs, and eight of 512 gave 0.945 in ln-bwd-16k-64k-h100.txt).
-    if (!in.residual && in.slower_memory()) {
-      if (n == 32768) return {4, 0, 0};
-      if (n == 65536) return {8, 0, 0};
-      if (n == 131072) return {16, 256, 2};
+    if (in.slower_memory()) {
+      // H100 80GB HBM3, ratio to copy. Without dresidual_out at N=32768, one run each in
+      // one call (plan_cases/bwd-no-dro-h100.txt at e19bb11, docs/perf/h200-2026-12-07c.md):
+      // over eight 128-thread CTAs (the H200's shape below) 0.859, four of 512 0.952, eight
+      // of 256 two an SM 0.882. At N=65536 one 512-thread CTA an SM over 8 0.882 -> 0.949
+      // (four were level, 0.857 / 0.856, h100-followup.txt at 5862167), at N=131072 two
+      // 256-thread CTAs an SM over 16 0.904 -> 0.929 (over 8 of 512: 0.910), two runs each
+      // in one call (h100-cliffs-s45.txt at 4da76dc, docs/perf/h200-2026-12-07d.md; eight
+      // of 512 gave 0.945 at N=65536 in ln-bwd-16k-64k-h100.txt too).
+      if (!in.residual && n == 32768) return {4, 0, 0};
+      if (!in.residual && n == 65536) return {8, 0, 0};
+      if (!in.residual && n == 131072) return {16, 256, 2};
+      // With dresidual_out at N=32768, four 512-thread CTAs: 0.917 (runs 0.924 / 0.910) ->
+      // 0.932 / 0.932; over 8 of 512 0.855, 16 of 128 three an SM 0.926 (one call,
+      // h100-cliffs-s45c.txt at 8688978).
+      if (in.residual && n == 32768) return {4, 0, 0};
     }
     if (!in.residual && (n == 16384 || n == 32768)) return {static_cast<int>(n / 4096), 128, 3};
-    // With dresidual_out at N=32768 on an H100, four 512-thread CTAs: 0.917 (runs 0.924 /
-    // 0.910) -> 0.932 / 0.932; over 8 of 512 0.855, 16 of 128 three an SM 0.926 (one call,
-    // h100-cliffs-s45c.txt at 8688978).
-    if (in.residual && n == 32768 && in.slower_memory()) return {4, 0, 0};
     if (in.residual && n == 32768) return {8, 256, 2};
     if (in.residual && n == 65536) return {16, 128, 3};
     if (in.residual && n == 131072) return {16, 0, 0, 2};
