@@ -80,8 +80,7 @@ def status(doc, op=None):
     below = sorted((k, r["ratio_to_copy"]) for k, r in ours.items() if r["ratio_to_copy"] < target(k[1], k[4]))
     faster = collections.defaultdict(lambda: [0, 0])  # peer -> [rows ran, rows faster]
     faster_rows = []  # (peer, key, normkit us, peer us)
-    clear = collections.Counter()  # peer -> rows faster beyond both rows' p20-p80 spread
-    clear_rows = set()  # (peer, key)
+    clear_rows = set()  # (peer, key): faster beyond both rows' p20-p80 spread
     for key, r in peers:
         if key in ours:
             won = r["us"] < ours[key]["us"]
@@ -90,7 +89,6 @@ def status(doc, op=None):
             if won:
                 faster_rows.append((r["impl"], key, ours[key]["us"], r["us"]))
                 if clearly_faster(r, ours[key]):
-                    clear[r["impl"]] += 1
                     clear_rows.add((r["impl"], key))
     decode = collections.Counter()
     decode_rows = 0
@@ -115,6 +113,7 @@ def status(doc, op=None):
             if any(abs(by_n[n] - v) / v > CLIFF for v in near):
                 cliffs.append(g + (n,))
                 cliff_context[g + (n,)] = [(m, by_n[m]) for m in ns[max(0, i - 1):i + 2]]
+    clear = collections.Counter(peer for peer, _ in clear_rows)  # peer -> such rows
     return {"rows": len(ours), "below": below, "peers": dict(faster), "clear": dict(clear), "clear_rows": clear_rows,
             "decode": dict(decode),
             "decode_rows": decode_rows, "cliffs": sorted(cliffs), "faster_rows": sorted(faster_rows),
