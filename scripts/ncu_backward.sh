@@ -16,6 +16,8 @@
 # the split rows' kernels; the first step compiles).
 # $OUT: ncu.csv (every case's `ncu --csv --page details`, each after a line
 # `=== <label> ; <override> ; <flags>`), ncu.log (the build and each case's output).
+# NCU_METRICS=a,b adds raw metrics to the sections (e.g. dram__bytes_read.sum,
+# dram__bytes_write.sum: the bytes a kernel moved against the bytes it was counted for).
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 cd "$(dirname "$0")/.." || exit 2
@@ -49,7 +51,7 @@ while IFS=';' read -r label override flags; do
     timeout -s INT "${CASE_S:-90}" "$NCU" --clock-control none --target-processes all \
     --kernel-name "regex:${KERNEL:-norm_bwd_kernel}" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats --csv --page details \
+    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats ${NCU_METRICS:+--metrics "$NCU_METRICS"} --csv --page details \
     python3 scripts/ncu_driver.py $flags >/tmp/ncu-case.csv 2>/tmp/ncu-case.err
   echo "rc=$?"; tail -n 3 /tmp/ncu-case.err
   grep '^"' /tmp/ncu-case.csv >>"$OUT/ncu.csv" || { echo "no ncu rows"; tail -n 5 /tmp/ncu-case.csv; }
