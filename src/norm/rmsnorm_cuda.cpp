@@ -541,9 +541,10 @@ void norm_bwd_cuda(const RmsNormBwdArgs& call, const float* mean, const NormKind
   rp.dbias = const_cast<void*>(a.dbias.data);
   rp.parts = l.parts;
   rp.cols = a.heads * a.shape.n;
+  const ParamReduceShape shape = param_reduce_shape(rp.parts);
   rt::LaunchConfig cfg;
-  cfg.grid.x = checked_grid((rp.cols + 31) / 32, kind.bwd_name);
-  cfg.block.x = 32 * kParamReducePartLanes;
+  cfg.grid.x = checked_grid((rp.cols + shape.width - 1) / shape.width, kind.bwd_name);
+  cfg.block = {static_cast<unsigned>(shape.width), static_cast<unsigned>(shape.lanes), 1};
   cfg.stream = a.stream;
   cfg.pdl = l.kernels.pdl;
   void* args[] = {&rp};

@@ -249,8 +249,7 @@ rt::KernelSource bwd_column_source(const RmsBwdColumnSpec& s) {
 
 rt::KernelSource param_reduce_source(const ParamReduceSpec& s) {
   std::ostringstream e;
-  e << "nk::param_grad_reduce_kernel<" << device_type(s.dweight) << ", " << device_type(s.dbias) << ", "
-    << kParamReducePartLanes << ">";
+  e << "nk::param_grad_reduce_kernel<" << device_type(s.dweight) << ", " << device_type(s.dbias) << ">";
   return make("param_grad_reduce", "normkit/norm/param_grad_reduce.cuh", e.str());
 }
 

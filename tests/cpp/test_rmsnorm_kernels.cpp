@@ -133,6 +133,28 @@ TEST_P(RmsNormKernels, BackwardVariantsCompileWithoutSpills) {
     expect_clean(param_reduce_source(r), "param_grad_reduce");
 }
 
+// param_reduce_shape: a CTA the kernel can take (at most kReduceThreads = 1024
+// threads, whole warps of columns), at most ~32 parts a lane, and lanes only where
+// the parts ask for them.
+TEST(ParamReduceShape, FitsTheKernelAndGrowsLanesWithTheParts) {
+  int last_lanes = 1;
+  for (std::int64_t parts = 1; parts <= 4096; ++parts) {
+    const ParamReduceShape s = param_reduce_shape(parts);
+    const std::string what = "parts=" + std::to_string(parts);
+    EXPECT_EQ(s.width % 32, 0) << what;
+    EXPECT_LE(s.width * s.lanes, 1024) << what;
+    EXPECT_GE(s.width * s.lanes, 256) << what;
+    EXPECT_TRUE(s.lanes == 32 || (parts + s.lanes - 1) / s.lanes <= 32) << what;
+    EXPECT_TRUE(s.lanes == 1 || (parts + s.lanes / 2 - 1) / (s.lanes / 2) > 32) << what;  // no lane too many
+    EXPECT_GE(s.lanes, last_lanes) << what;
+    last_lanes = s.lanes;
+  }
+  EXPECT_EQ(param_reduce_shape(8).lanes, 1);     // long rows over clusters
+  EXPECT_EQ(param_reduce_shape(8).width, 256);
+  EXPECT_EQ(param_reduce_shape(132).lanes, 8);   // one CTA an SM
+  EXPECT_EQ(param_reduce_shape(924).lanes, 32);  // short register rows, 7 CTAs an SM
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, RmsNormKernels, ::testing::Values("sm_80", "sm_90a", "sm_100a"),
                          [](const auto& info) { return info.param; });
 

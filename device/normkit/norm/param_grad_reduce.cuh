@@ -2,10 +2,16 @@
 // partials (same for dbias), in part order, rounded once to the parameter dtype.
 //
 // Why it is shaped this way: the sum must be deterministic, so each column's parts
-// are added in a fixed order, never with atomics. For short rows there are few
-// columns and many parts, so a CTA splits each column's parts over PART_LANES
-// threads (strided, fixed) and adds their results in lane order through shared
-// memory; reads stay coalesced because a warp covers 32 adjacent columns.
+// are added in a fixed order, never with atomics. A CTA is a block of
+// blockDim.x adjacent columns (a multiple of 32: each warp's reads are coalesced) by
+// blockDim.y lanes: lane l of a column adds parts l, l + lanes, ... and the lanes'
+// results are added in lane order through shared memory. The shape is a launch
+// parameter (param_reduce_shape), not a template one, because the best one depends
+// on the parts: the partials are L2-latency-bound reads, and short rows (few
+// columns: N / 32 warps of columns is 64 at N = 2048) come with many parts (~900 of
+// the register rows there), which want many lanes, while long rows have many
+// columns and few parts (8 over clusters at N = 262144), which want one lane and
+// CTAs of several warps of columns rather than thousands of tiny CTAs.
 #pragma once
 
 #include "normkit/common/pdl.cuh"
@@ -14,13 +20,18 @@
 
 namespace nk {
 
-template <class W, class B, int PART_LANES>
-__global__ void __launch_bounds__(32 * PART_LANES) param_grad_reduce_kernel(const ParamGradReduceParams p) {
+// At most kReduceThreads threads a CTA (columns x lanes).
+constexpr int kReduceThreads = 1024;
+
+template <class W, class B>
+__global__ void __launch_bounds__(kReduceThreads) param_grad_reduce_kernel(const ParamGradReduceParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
-  __shared__ float sums[2][PART_LANES][33];
-  const int tx = static_cast<int>(threadIdx.x) % 32;
-  const int lane = static_cast<int>(threadIdx.x) / 32;
-  const long long c = static_cast<long long>(blockIdx.x) * 32 + tx;
+  __shared__ float sums[2][kReduceThreads];
+  const int tx = static_cast<int>(threadIdx.x);
+  const int lane = static_cast<int>(threadIdx.y);
+  const int lanes = static_cast<int>(blockDim.y);
+  const int width = static_cast<int>(blockDim.x);
+  const long long c = static_cast<long long>(blockIdx.x) * width + tx;
   float dw = 0.f, db = 0.f;
   if (c < p.cols) {
     // BATCH parts' loads are issued before any is added, then added in part order
@@ -29,11 +40,11 @@ __global__ void __launch_bounds__(32 * PART_LANES) param_grad_reduce_kernel(cons
     // backward), and one load in flight per lane left most of that latency exposed.
     constexpr int BATCH = 8;
     long long part = lane;
-    for (; part + (BATCH - 1) * PART_LANES < p.parts; part += BATCH * PART_LANES) {
+    for (; part + (BATCH - 1) * lanes < p.parts; part += BATCH * lanes) {
       float w[BATCH], b[BATCH];
 #pragma unroll
       for (int q = 0; q < BATCH; ++q) {
-        const long long at = (part + q * PART_LANES) * p.cols + c;
+        const long long at = (part + q * lanes) * p.cols + c;
         if constexpr (!is_none<W>) w[q] = p.dweight_partial[at];
         if constexpr (!is_none<B>) b[q] = p.dbias_partial[at];
       }
@@ -43,22 +54,24 @@ __global__ void __launch_bounds__(32 * PART_LANES) param_grad_reduce_kernel(cons
         if constexpr (!is_none<B>) db += b[q];
       }
     }
-    for (; part < p.parts; part += PART_LANES) {
+    for (; part < p.parts; part += lanes) {
       if constexpr (!is_none<W>) dw += p.dweight_partial[part * p.cols + c];
       if constexpr (!is_none<B>) db += p.dbias_partial[part * p.cols + c];
     }
   }
-  sums[0][lane][tx] = dw;
-  sums[1][lane][tx] = db;
-  __syncthreads();
-  if (lane != 0 || c >= p.cols) return;
-  dw = 0.f;
-  db = 0.f;
-#pragma unroll
-  for (int l = 0; l < PART_LANES; ++l) {
-    dw += sums[0][l][tx];
-    db += sums[1][l][tx];
+  if (lanes > 1) {
+    sums[0][lane * width + tx] = dw;
+    sums[1][lane * width + tx] = db;
+    __syncthreads();
+    if (lane != 0) return;
+    dw = 0.f;
+    db = 0.f;
+    for (int l = 0; l < lanes; ++l) {
+      dw += sums[0][l * width + tx];
+      db += sums[1][l * width + tx];
+    }
   }
+  if (c >= p.cols) return;
   if constexpr (!is_none<W>) static_cast<W*>(p.dweight)[c] = from_float<W>(dw);
   if constexpr (!is_none<B>) static_cast<B*>(p.dbias)[c] = from_float<B>(db);
 }
