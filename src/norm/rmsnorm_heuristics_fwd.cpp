@@ -139,6 +139,33 @@ MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
   return {};
 }
 
+// The rows where Liger-Kernel's forward led ours beyond both rows' p20-p80 spread in
+// the H100 sweeps at 4da76dc / 8688978 (0.4-1.2 %; docs/perf/h200-2026-12-07d.md), on
+// the H100's memory class (RowPlanInputs::slower_memory): more threads a row, or
+// smaller CTAs. NVIDIA H100 80GB HBM3, M*N = 2^27, ratio to copy, own plan ->
+// NORMKIT_FORWARD_PLAN, two runs each in one call at 52b38d4 (scripts/plan_cases/
+// liger-clear-rows-h100.txt, docs/perf/h200-2026-12-07e.md):
+//   RMSNorm fp32 with a residual, 512 threads a row: N=2048 (ept=4) 0.984 -> 0.993,
+//   4096 (ept=8) 0.980 -> 0.991, 8192 (ept=16) 0.979 -> 0.986; N=256 at two elements a
+//   thread 0.995 -> 0.998;
+//   RMSNorm bf16 N=256 at one vector a thread (rows of 32 threads): 0.994 -> 1.010
+//   (ept=16: 1.005);
+//   LayerNorm fp32 N=16384 in 256-thread CTAs: 0.977 -> 0.986.
+// Level or slower: RMSNorm fp32 N=8192 in 256-thread CTAs (0.992 -> 0.990) or at 1024
+// threads a row (0.850); RMSNorm fp32 with a residual N=256 at 8 elements (0.996). The
+// measured N only (the sweep's powers of two).
+MeasuredShape measured_slower_memory_rows(const RowPlanInputs& in) {
+  if (!in.slower_memory()) return {};
+  const std::int64_t n = in.n;
+  if (in.x_bytes == 4 && !in.center && in.residual) {
+    if (n == 2048 || n == 4096 || n == 8192) return {static_cast<int>(n / 512), 0, 0};
+    if (n == 256) return {2, 0, 0};
+  }
+  if (in.x_bytes == 2 && !in.center && !in.residual && n == 256) return {8, 0, 0};
+  if (in.x_bytes == 4 && in.center && !in.residual && n == 16384) return {0, 256, 0};
+  return {};
+}
+
 // Elements a thread for the call, or 0 for plan_rows' own.
 int measured_forward_elems(const RowPlanInputs& in) {
   const std::int64_t n = in.n;
@@ -170,9 +197,10 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
       in.forced_no_prefetch || in.forced_smem_row > 0 || in.forced_bulk_rows || in.forced_group_rows)
     return in;
   RowPlanInputs out = in;
-  MeasuredShape shape = measured_long_rows(in);
-  if (shape.elems == 0) shape = measured_short_fp32_rows(in);
-  if (shape.elems != 0) {
+  MeasuredShape shape = measured_slower_memory_rows(in);
+  if (shape.elems == 0 && shape.cta == 0) shape = measured_long_rows(in);
+  if (shape.elems == 0 && shape.cta == 0) shape = measured_short_fp32_rows(in);
+  if (shape.elems != 0 || shape.cta != 0) {
     out.forced_elems_per_thread = shape.elems;
     out.forced_cta_threads = shape.cta;
     out.forced_min_blocks = shape.min_blocks;

@@ -124,6 +124,31 @@ TEST(MemoryClass, Fp32ForwardRows) {
     EXPECT_EQ(fwd_kernel(o, kH100Gbps), fwd_kernel(o, kH200Gbps)) << o.n;
 }
 
+// The forward rows where Liger-Kernel had led on the H100 (measured_slower_memory_rows):
+// the H100's class takes the measured NORMKIT_FORWARD_PLAN, the H200's class keeps its
+// own, and the N beside them (not measured) keep theirs.
+TEST(MemoryClass, ForwardRowsLigerLed) {
+  struct Row {
+    RmsFwdSpec spec;
+    const char* plan;
+  };
+  for (const Row& r : {Row{norm_fwd_spec(256, f32, f32, false, f32, false), "ept=2"},
+                       Row{norm_fwd_spec(2048, f32, f32, false, f32, false), "ept=4"},
+                       Row{norm_fwd_spec(4096, f32, f32, false, f32, false), "ept=8"},
+                       Row{norm_fwd_spec(8192, f32, f32, false, f32, false), "ept=16"},
+                       Row{norm_fwd_spec(256, bf16, bf16, false, std::nullopt, false), "ept=8"},
+                       Row{norm_fwd_spec(16384, f32, f32, true, std::nullopt, false), "cta=256"}}) {
+    const std::string h100 = fwd_kernel(r.spec, kH100Gbps);
+    EXPECT_EQ(h100, fwd_kernel(r.spec, 0, r.plan)) << r.spec.n << " " << r.plan;
+    EXPECT_NE(h100, fwd_kernel(r.spec, kH200Gbps)) << r.spec.n << " " << r.plan;
+  }
+  for (const RmsFwdSpec& o : {norm_fwd_spec(1024, f32, f32, false, f32, false),
+                              norm_fwd_spec(16384, f32, f32, false, f32, false),
+                              norm_fwd_spec(512, bf16, bf16, false, std::nullopt, false),
+                              norm_fwd_spec(8192, f32, f32, true, std::nullopt, false)})
+    EXPECT_EQ(fwd_kernel(o, kH100Gbps), fwd_kernel(o, kH200Gbps)) << o.n;
+}
+
 // The backward row kernel's stores evict-first (-DNK_PLAN_STORE_CACHE=1) on the H100's class
 // without dresidual_out where a thread has more than 64 registers, not with it, not in the forward, not on the H200's class, not
 // under a forced plan field, not in calls of few rows.

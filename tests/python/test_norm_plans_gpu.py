@@ -346,6 +346,10 @@ _MEASURED_FORWARD = [
     # the register rows there, the ring on an H200
     (True, FP32, False, 32768), (True, FP32, False, 65536), (True, FP32, False, 131072), (True, FP32, True, 32768),
     (False, FP32, True, 32768), (False, FP32, True, 65536), (False, FP32, False, 65536), (False, FP32, False, 131072),
+    # the rows Liger-Kernel had led on the H100 (measured_slower_memory_rows): more
+    # threads a row there, 256-thread CTAs for LayerNorm fp32 N=16384
+    (False, FP32, True, 256), (False, FP32, True, 2048), (False, FP32, True, 4096), (False, FP32, True, 8192),
+    (False, BF16, False, 256), (True, FP32, False, 16384),
 ]
 
 
