@@ -79,8 +79,12 @@ install-py: venv
 # compiled clean, so the kernel spill sweeps run under it too.
 WHEEL_NVRTC = $(firstword $(wildcard $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so.13))
 
+# cuobjdump and nvdisasm from the venv's NVIDIA wheels (requirements-dev.txt), found
+# first by NORMKIT_DUMP_DIR's SASS dump in the tests.
+WHEEL_CUDA_BIN = $(firstword $(wildcard $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/bin))
+
 test: deps venv build
-	NORMKIT_TEST_SWEEP_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-sweeps \
+	PATH=$(if $(WHEEL_CUDA_BIN),$(WHEEL_CUDA_BIN):)$$PATH NORMKIT_TEST_SWEEP_CACHE_DIR=$(CURDIR)/$(BUILD_DIR)/cache-sweeps \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(CTEST_JOBS)
 	$(MAKE) --no-print-directory test-wheel-nvrtc
 	$(MAKE) --no-print-directory install-py

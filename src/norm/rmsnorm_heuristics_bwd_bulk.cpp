@@ -176,7 +176,11 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // h100-cliffs-s45.txt at 4da76dc); N=256 lost (0.876 -> 0.865, ept=32 0.822), and at
 // N=16384 ept=32 gave 0.903 against 0.893 (one run 0.891, the other 0.915: not taken).
 // RMSNorm on the H100 at ept=16, same call: N=1024-4096 0.905/0.910/0.898 ->
-// 0.892/0.901/0.898 (not taken).
+// 0.892/0.901/0.898 (not taken). At N=4096 one row a stage of the 512-thread CTA
+// (ept=8, one vector a thread) instead: a call 294.1 us (the register rows, 660
+// CTAs) -> 286.4 us (ept=16 299.8, ept=32 295.7; N=8192's ring 270.8), the evict-first
+// stores of the own plans in each, one call (scripts/bwd_kernel_times.py at 2ed4abe,
+// docs/perf/h200-2026-12-07e.md section 5).
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
   // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
@@ -185,6 +189,7 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
       in.dbias != in.center || in.dresidual_output || (dro && in.dresidual_out_bytes != 2))
     return 0;
   if (in.center && !dro && in.slower_memory() && in.n >= 512) return 16;
+  if (!in.center && !dro && in.slower_memory() && in.n == 4096) return 8;
   if (in.n == 16384) return !in.center && !dro ? 32 : 0;
   if (in.center) return dro ? 16 : in.n >= 512 ? 32 : 0;
   if (dro) return in.n >= 1024 && in.n <= 4096 ? 16 : 0;

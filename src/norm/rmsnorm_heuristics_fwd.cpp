@@ -152,8 +152,13 @@ MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
 //   (ept=16: 1.005);
 //   LayerNorm fp32 N=16384 in 256-thread CTAs: 0.977 -> 0.986.
 // Level or slower: RMSNorm fp32 N=8192 in 256-thread CTAs (0.992 -> 0.990) or at 1024
-// threads a row (0.850); RMSNorm fp32 with a residual N=256 at 8 elements (0.996). The
-// measured N only (the sweep's powers of two).
+// threads a row (0.850); RMSNorm fp32 with a residual N=256 at 8 elements (0.996).
+// Then, where Liger still led in the sweep at 2ed4abe, Liger's own threads a row, two
+// runs each in one call (scripts/plan_cases/liger-rows-h100-2.txt at 2ed4abe, section 5
+// of the same file): LayerNorm bf16 N=4096 at 256 threads a row (ept=16) 0.985 ->
+// 0.992 (in 256-thread CTAs the same; prefetch=0 0.987, ept=8 0.885); RMSNorm bf16
+// N=32768 one 1024-thread CTA a row (ept=32,cta=1024) 0.974 -> 0.977 (without the
+// pipeline the same). The measured N only (the sweep's powers of two).
 MeasuredShape measured_slower_memory_rows(const RowPlanInputs& in) {
   if (!in.slower_memory()) return {};
   const std::int64_t n = in.n;
@@ -162,6 +167,8 @@ MeasuredShape measured_slower_memory_rows(const RowPlanInputs& in) {
     if (n == 256) return {2, 0, 0};
   }
   if (in.x_bytes == 2 && !in.center && !in.residual && n == 256) return {8, 0, 0};
+  if (in.x_bytes == 2 && !in.center && !in.residual && n == 32768) return {32, 1024, 0};
+  if (in.x_bytes == 2 && in.center && !in.residual && n == 4096) return {16, 0, 0};
   if (in.x_bytes == 4 && in.center && !in.residual && n == 16384) return {0, 256, 0};
   return {};
 }

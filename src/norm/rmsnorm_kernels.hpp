@@ -75,7 +75,10 @@ struct ParamReduceSpec {
 // lanes by the parts: RMSNorm N=256-4096 (660-1056 parts: 32 lanes) 9.3-10.7 ->
 // 4.6-6.3 us, LayerNorm N=256 15.8 -> 6.4 us; 16 lanes at 132 parts were 0.1-0.5 us
 // slower than 8, and at N=262144 (8 parts over clusters of 16) a CTA of 32 columns
-// took 9.8 us.
+// took 9.8 us, one lane of 256 columns 4.5. Same-call A/B of the 88 backward rows
+// against 8 lanes of 32 columns (section 4 there): +0.33 % on average, +1-3.5 % for the
+// short register rows and the long rows; LayerNorm's 0.7-1.6 % slower rows came from
+// the kernel's load scheduling (param_grad_reduce.cuh), since fixed but not re-measured.
 struct ParamReduceShape {
   int width;  // columns a CTA (a multiple of 32)
   int lanes;

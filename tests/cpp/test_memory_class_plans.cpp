@@ -93,8 +93,20 @@ TEST(MemoryClass, RmsNormBf16BackwardLongRows) {
         << n;
   }
   for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(16384, bf16, bf16, false, false),
-                              norm_bwd_spec(65536, bf16, bf16, false, true)})
+                              norm_bwd_spec(65536, bf16, bf16, false, true), norm_bwd_spec(2048, bf16, bf16, false, false),
+                              norm_bwd_spec(4096, bf16, bf16, false, true)})
     EXPECT_EQ(bwd_kernel(o, kH100Gbps), bwd_kernel(o, kH200Gbps)) << o.n << " dro " << o.dresidual_out.has_value();
+}
+
+// RMSNorm bf16 backward without dresidual_out at N=4096: one row a stage of the ring's
+// 512-thread CTA on the H100's class (bulk_backward_short_rows_ept), the register rows
+// on the H200's.
+TEST(MemoryClass, RmsNormBf16BackwardShortRows) {
+  const RmsBwdSpec s = norm_bwd_spec(4096, bf16, bf16, false, false);
+  const std::string h100 = bwd_kernel(s, kH100Gbps);
+  EXPECT_EQ(h100, bwd_kernel(s, 0, "row=bulk,ept=8"));
+  EXPECT_NE(h100.find("norm_bwd_bulk_kernel<"), std::string::npos) << h100;
+  EXPECT_EQ(bwd_kernel(s, kH200Gbps).find("norm_bwd_bulk_kernel<"), std::string::npos);
 }
 
 // fp32 forward rows the H100's class keeps in registers (row=regs) where the H200's
@@ -137,7 +149,9 @@ TEST(MemoryClass, ForwardRowsLigerLed) {
                        Row{norm_fwd_spec(4096, f32, f32, false, f32, false), "ept=8"},
                        Row{norm_fwd_spec(8192, f32, f32, false, f32, false), "ept=16"},
                        Row{norm_fwd_spec(256, bf16, bf16, false, std::nullopt, false), "ept=8"},
-                       Row{norm_fwd_spec(16384, f32, f32, true, std::nullopt, false), "cta=256"}}) {
+                       Row{norm_fwd_spec(16384, f32, f32, true, std::nullopt, false), "cta=256"},
+                       Row{norm_fwd_spec(32768, bf16, bf16, false, std::nullopt, false), "ept=32,cta=1024"},
+                       Row{norm_fwd_spec(4096, bf16, bf16, true, std::nullopt, false), "ept=16"}}) {
     const std::string h100 = fwd_kernel(r.spec, kH100Gbps);
     EXPECT_EQ(h100, fwd_kernel(r.spec, 0, r.plan)) << r.spec.n << " " << r.plan;
     EXPECT_NE(h100, fwd_kernel(r.spec, kH200Gbps)) << r.spec.n << " " << r.plan;

@@ -80,7 +80,8 @@ SHORT_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,ept=16", "row=bulk,ept=32", "row=bulk,cta=256,minb=2"])
+@pytest.mark.parametrize("override", ["row=bulk", "row=bulk,ept=8", "row=bulk,ept=16", "row=bulk,ept=32",
+                                      "row=bulk,cta=256,minb=2"])
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "dresidual_out"])
 @pytest.mark.parametrize("xdt,m,n", SHORT_SHAPES)
@@ -91,7 +92,8 @@ def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
 # The plans' own bulk rows, unforced, not calls of few rows (M * N > 2^23): the short
 # rows (bulk_backward_short_rows_ept: bf16 at N=256-8192, LayerNorm at ept=16 with
 # dresidual_out and 32 without, RMSNorm at 16, and RMSNorm without it at N=16384 at 32,
-# one row a stage; M leaves the last group short), among
+# one row a stage, and on an H100's memory at N=4096 at 8, one vector a thread; M
+# leaves the last group short), among
 # them LayerNorm's with dresidual_out at N=2048-8192 on the shared reads, and bf16 rows with
 # dresidual_out at N=16384 (the shared reads over a pair of CTAs); the long rows in
 # several CTAs an SM (bulk_backward_measured_ctas): LayerNorm at N=16384-32768 in three
@@ -100,7 +102,8 @@ def test_backward_bulk_short_rows(override, op, with_res, xdt, m, n):
 # N=131072 over 16 CTAs (LayerNorm's in two stages).
 @pytest.mark.parametrize("op,with_res,n", [
     ("layernorm", False, 1024), ("layernorm", True, 1024), ("layernorm", False, 8192), ("layernorm", True, 256),
-    ("layernorm", True, 2048), ("layernorm", True, 4096), ("rmsnorm", True, 2048), ("rmsnorm", False, 8192),
+    ("layernorm", True, 2048), ("layernorm", True, 4096), ("rmsnorm", True, 2048), ("rmsnorm", False, 4096),
+    ("rmsnorm", False, 8192),
     ("rmsnorm", False, 16384), ("layernorm", True, 16384),
     ("rmsnorm", True, 16384), ("layernorm", False, 16384), ("layernorm", False, 32768), ("layernorm", True, 32768),
     ("layernorm", True, 65536), ("rmsnorm", False, 32768), ("rmsnorm", False, 65536), ("rmsnorm", False, 131072),

@@ -349,7 +349,7 @@ _MEASURED_FORWARD = [
     # the rows Liger-Kernel had led on the H100 (measured_slower_memory_rows): more
     # threads a row there, 256-thread CTAs for LayerNorm fp32 N=16384
     (False, FP32, True, 256), (False, FP32, True, 2048), (False, FP32, True, 4096), (False, FP32, True, 8192),
-    (False, BF16, False, 256), (True, FP32, False, 16384),
+    (False, BF16, False, 256), (True, FP32, False, 16384), (False, BF16, False, 32768), (True, BF16, False, 4096),
 ]
 
 

@@ -20,11 +20,16 @@
 
 namespace nk {
 
-// At most kReduceThreads threads a CTA (columns x lanes).
+// At most kReduceThreads threads a CTA (columns x lanes). The bounds say one CTA an SM
+// at least: with the bare __launch_bounds__(1024) ptxas sm_90a (CUDA 13.0) held the
+// dweight and dbias kernel to 32 registers and issued each batch's loads two at a
+// time, each add waiting on its load (LayerNorm's backward ran 0.7-1.6 % slower at
+// the same CTA shape as before, H100, docs/perf/h200-2026-12-07e.md); with (1024, 1)
+// it takes 47 and issues all 16 before the first add, as the 256-thread kernel did.
 constexpr int kReduceThreads = 1024;
 
 template <class W, class B>
-__global__ void __launch_bounds__(kReduceThreads) param_grad_reduce_kernel(const ParamGradReduceParams p) {
+__global__ void __launch_bounds__(kReduceThreads, 1) param_grad_reduce_kernel(const ParamGradReduceParams p) {
   wait_for_prerequisite_grids();  // before any global access (pdl.cuh)
   __shared__ float sums[2][kReduceThreads];
   const int tx = static_cast<int>(threadIdx.x);
