@@ -277,6 +277,14 @@ std::int64_t split_chunks(std::int64_t n, const RowPlan& plan);
 std::int64_t plan_bwd_split_parts(const RowPlan& plan, std::int64_t n, std::int64_t rows_per_head,
                                   std::int64_t heads, int sm_count);
 
+// param_grad_reduce's CTA (param_grad_reduce.cuh) for `parts` partial rows of dw/db:
+// `width` adjacent columns by `lanes` lanes (rmsnorm_heuristics_bwd.cpp says why).
+struct ParamReduceShape {
+  int width;  // columns a CTA (a multiple of 32)
+  int lanes;
+};
+ParamReduceShape param_reduce_shape(std::int64_t parts);
+
 // Backward grid: CTAs (clusters) per head for `rows_per_head` rows on `sm_count` SMs.
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count);
 

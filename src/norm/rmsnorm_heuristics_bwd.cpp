@@ -380,6 +380,25 @@ std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_pe
   return std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(rows_per_head, 1));
 }
 
+// param_grad_reduce's CTA (param_grad_reduce.cuh): `width` adjacent columns by
+// `lanes` lanes, each lane adding at most ~32 of a column's parts (more lanes where
+// there are more parts, so that more of the partials' L2 reads are in flight), and
+// 256 threads a CTA where few lanes leave room for more columns. H100 80GB HBM3, bf16
+// backward, the reduction's time in a call (scripts/bwd_kernel_times.py: CUPTI, calls
+// back to back; docs/perf/h200-2026-12-07e.md), 8 lanes of 32 columns everywhere ->
+// lanes by the parts: RMSNorm N=256-4096 (660-1056 parts: 32 lanes) 9.3-10.7 ->
+// 4.6-6.3 us, LayerNorm N=256 15.8 -> 6.4 us; 16 lanes at 132 parts were 0.1-0.5 us
+// slower than 8, and at N=262144 (8 parts over clusters of 16) a CTA of 32 columns
+// took 9.8 us, one lane of 256 columns 4.5. Same-call A/B of the 88 backward rows
+// against 8 lanes of 32 columns (section 4 there): +0.33 % on average, +1-3.5 % for the
+// short register rows and the long rows; LayerNorm's 0.7-1.6 % slower rows came from
+// the kernel's load scheduling (param_grad_reduce.cuh), since fixed but not re-measured.
+ParamReduceShape param_reduce_shape(std::int64_t parts) {
+  int lanes = 1;
+  while (lanes < 32 && parts > 32 * static_cast<std::int64_t>(lanes)) lanes *= 2;
+  return {lanes >= 8 ? 32 : 256 / lanes, lanes};
+}
+
 std::int64_t plan_bwd_parts(const RowPlan& plan, std::int64_t rows_per_head, std::int64_t heads, int sm_count) {
   const std::int64_t row_groups = (rows_per_head + plan.rows - 1) / plan.rows;
   const std::int64_t resident = static_cast<std::int64_t>(std::max(sm_count, 1)) * plan.min_blocks;

@@ -4,7 +4,6 @@
 // precompilation so both name exactly the same kernels.
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -66,28 +65,7 @@ inline constexpr int kColumnThreads = 256;
 struct ParamReduceSpec {
   std::optional<DType> dweight, dbias;
 };
-// param_grad_reduce's CTA (param_grad_reduce.cuh): `width` adjacent columns by
-// `lanes` lanes, each lane adding at most ~32 of a column's parts (more lanes where
-// there are more parts, so that more of the partials' L2 reads are in flight), and
-// 256 threads a CTA where few lanes leave room for more columns. H100 80GB HBM3, bf16
-// backward, the reduction's time in a call (scripts/bwd_kernel_times.py: CUPTI, calls
-// back to back; docs/perf/h200-2026-12-07e.md), 8 lanes of 32 columns everywhere ->
-// lanes by the parts: RMSNorm N=256-4096 (660-1056 parts: 32 lanes) 9.3-10.7 ->
-// 4.6-6.3 us, LayerNorm N=256 15.8 -> 6.4 us; 16 lanes at 132 parts were 0.1-0.5 us
-// slower than 8, and at N=262144 (8 parts over clusters of 16) a CTA of 32 columns
-// took 9.8 us, one lane of 256 columns 4.5. Same-call A/B of the 88 backward rows
-// against 8 lanes of 32 columns (section 4 there): +0.33 % on average, +1-3.5 % for the
-// short register rows and the long rows; LayerNorm's 0.7-1.6 % slower rows came from
-// the kernel's load scheduling (param_grad_reduce.cuh), since fixed but not re-measured.
-struct ParamReduceShape {
-  int width;  // columns a CTA (a multiple of 32)
-  int lanes;
-};
-inline ParamReduceShape param_reduce_shape(std::int64_t parts) {
-  int lanes = 1;
-  while (lanes < 32 && parts > 32 * static_cast<std::int64_t>(lanes)) lanes *= 2;
-  return {lanes >= 8 ? 32 : 256 / lanes, lanes};
-}
+
 
 // Launch plans for a spec's dtypes (its `plan` field is not read) on data whose
 // alignment allows `max_vec`-element vectors, for compute capability `arch` x 10.
