@@ -109,6 +109,7 @@ struct MeasuredShape {
   int elems = 0;
   int cta = 0;
   int min_blocks = 0;
+  bool measured() const { return elems != 0 || cta != 0; }
 };
 // Long rows' measured shape.
 MeasuredShape measured_long_rows(const RowPlanInputs& in) {
@@ -205,9 +206,9 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
     return in;
   RowPlanInputs out = in;
   MeasuredShape shape = measured_slower_memory_rows(in);
-  if (shape.elems == 0 && shape.cta == 0) shape = measured_long_rows(in);
-  if (shape.elems == 0 && shape.cta == 0) shape = measured_short_fp32_rows(in);
-  if (shape.elems != 0 || shape.cta != 0) {
+  if (!shape.measured()) shape = measured_long_rows(in);
+  if (!shape.measured()) shape = measured_short_fp32_rows(in);
+  if (shape.measured()) {
     out.forced_elems_per_thread = shape.elems;
     out.forced_cta_threads = shape.cta;
     out.forced_min_blocks = shape.min_blocks;

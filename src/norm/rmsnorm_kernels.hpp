@@ -66,7 +66,6 @@ struct ParamReduceSpec {
   std::optional<DType> dweight, dbias;
 };
 
-
 // Launch plans for a spec's dtypes (its `plan` field is not read) on data whose
 // alignment allows `max_vec`-element vectors, for compute capability `arch` x 10.
 RowPlan plan_fwd(const RmsFwdSpec& spec, int max_vec, int arch);
