@@ -61,13 +61,18 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     s.params_smem_allowed = switches.params_smem;
     s.plan_override = switches.forward_plan;
     // Calls of few rows may take another plan (RowPlan::early_params), decode calls
-    // another still (with_decode_rows), and in-place calls or devices that cannot
-    // hold a row group at once the plan without grouped rows: each kernel once.
-    // A compile-only target may be either memory class (RowPlanInputs::slower_memory).
+    // another still (with_decode_rows), devices that cannot hold a row group at once
+    // the plan without grouped rows, and the in-place fused add (residual_out over the
+    // residual, out over x) grouped rows of its own (RmsFwdSpec::in_place): each
+    // kernel once. A compile-only target may be either memory class
+    // (RowPlanInputs::slower_memory).
+    const bool fused_add_shape = s.residual && s.residual_out == s.residual && s.out == s.x;
     std::vector<rt::KernelSource> fwd;
     for (const int memory_gbps : detail::RowPlanInputs::kMemoryClasses)
     for (const bool group_rows : {switches.group_rows, false})
+    for (const bool in_place : {false, fused_add_shape})
     for (const auto& [few_rows, decode_rows] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      s.in_place = in_place;
       s.memory_gbps = memory_gbps;
       s.group_rows_allowed = group_rows;
       s.few_rows = few_rows;

@@ -141,16 +141,18 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   const rt::CallSwitches switches = runtime.switches();
   spec.params_smem_allowed = switches.params_smem;
   spec.plan_override = switches.forward_plan;
-  // The in-place fused add (residual_out is residual) takes no grouped rows: a CTA
-  // whose wait timed out re-reads the row's residual, which the others may have
-  // overwritten by then. NORMKIT_GROUP_ROWS=0 takes none at all.
-  const bool in_place = a.residual.present() && a.residual_out.data == a.residual.data;
-  spec.group_rows_allowed = !in_place && switches.group_rows;
+  // The in-place fused add (residual_out is residual, out is x): its grouped rows are
+  // launched cooperatively and wait for their group with no deadline, so that no CTA
+  // reads another's slice, which may be overwritten by then (norm_fwd_group_kernel's
+  // COOPERATIVE). NORMKIT_GROUP_ROWS=0 takes none at all.
+  spec.in_place = a.residual.present() && a.residual_out.data == a.residual.data;
+  spec.group_rows_allowed = switches.group_rows;
 
   static KernelMemo<FwdKernel> memo;
   const MemoKey key{device | (static_cast<std::int64_t>(limit.vec) << 16) | (spec.store_rstd ? 1LL << 24 : 0) |
                         (spec.center ? 1LL << 25 : 0) | (spec.few_rows ? 1LL << 26 : 0) |
-                        (spec.decode_rows ? 1LL << 27 : 0) | (spec.group_rows_allowed ? 1LL << 28 : 0),
+                        (spec.decode_rows ? 1LL << 27 : 0) | (spec.group_rows_allowed ? 1LL << 28 : 0) |
+                        (spec.in_place ? 1LL << 29 : 0),
                     spec.n,
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
@@ -219,7 +221,8 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   if (plan.params_smem || plan.smem_row || plan.bulk_stages || plan.group_stages)
     cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
-  cfg.pdl = found->pdl;
+  cfg.cooperative = plan.group_stages > 0 && spec.in_place;
+  cfg.pdl = found->pdl && !cfg.cooperative;
   void* args[] = {&p};
   if (!plan.group_stages) {
     runtime.launch(found->kernel, cfg, args);

@@ -170,7 +170,7 @@ rt::KernelSource fwd_source(const RmsFwdSpec& s) {
     e << "nk::norm_fwd_group_kernel<" << split_config(s.plan, s.n) << ", " << device_type(s.x) << ", "
       << device_type(s.residual) << ", " << device_type(s.residual_out) << ", " << device_type(s.weight) << ", "
       << device_type(s.bias) << ", " << device_type(s.out) << ", " << flag(s.store_rstd) << ", " << flag(s.center)
-      << ", " << flag(s.plan.params_smem) << ", " << s.plan.group_stages << ">";
+      << ", " << flag(s.plan.params_smem) << ", " << s.plan.group_stages << (s.in_place ? ", true" : "") << ">";
     return make(family(s.center, "_fwd_group"), "normkit/norm/norm_fwd_group.cuh", e.str());
   }
   if (s.plan.bulk_stages > 0) {

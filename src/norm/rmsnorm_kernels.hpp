@@ -26,6 +26,9 @@ struct RmsFwdSpec {
   bool decode_rows = false; // and of at most kDecodeRows rows (RowPlanInputs::decode_rows)
   bool params_smem_allowed = true;  // RowPlanInputs::params_smem_allowed (NORMKIT_PARAMS_SMEM)
   bool group_rows_allowed = true;   // RowPlanInputs::group_rows_allowed
+  // out over x and residual_out over the residual (the fused add): grouped rows take
+  // norm_fwd_group_kernel's COOPERATIVE instantiation, launched cooperatively.
+  bool in_place = false;
   rt::PlanOverride plan_override;  // NORMKIT_FORWARD_PLAN (RowPlanInputs::forced_*)
   int memory_gbps = 0;             // RowPlanInputs::memory_gbps (the device's)
 };

@@ -567,7 +567,8 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   const auto fn = static_cast<CUfunction>(kernel.function);
   ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
 
-  CUlaunchAttribute attrs[2];
+  NK_CHECK(!(cfg.cooperative && cfg.pdl), "launch: a cooperative launch cannot also be a programmatic dependent one");
+  CUlaunchAttribute attrs[3];
   unsigned n_attrs = 0;
   const unsigned cluster_size = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
   if (cfg.cluster.x != 0) {
@@ -580,6 +581,11 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
     attrs[n_attrs].value.programmaticStreamSerializationAllowed = 1;
     ++n_attrs;
   }
+  if (cfg.cooperative) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attrs[n_attrs].value.cooperative = 1;
+    ++n_attrs;
+  }
   allow_dynamic_shared(kernel, cfg.shared_bytes);
   CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);
   lc.hStream = static_cast<CUstream>(cfg.stream);
@@ -590,7 +596,7 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
            "' (", kernel.compiled->lowered_name, ") on cuda:", kernel.device, " failed: ", d.error_text(r), " [grid ",
            cfg.grid.x, "x", cfg.grid.y, "x", cfg.grid.z, ", block ", cfg.block.x, "x", cfg.block.y, "x", cfg.block.z,
            ", shared ", cfg.shared_bytes, " B, cluster ", cfg.cluster.x, "x", cfg.cluster.y, "x", cfg.cluster.z,
-           cfg.pdl ? ", PDL" : "", "]");
+           cfg.pdl ? ", PDL" : "", cfg.cooperative ? ", cooperative" : "", "]");
   impl_->counters.launches++;
 }
 

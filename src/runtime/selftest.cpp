@@ -26,7 +26,8 @@ KernelSource axpy_source(int unroll) {
   return k;
 }
 
-void axpy(const float* x, float* y, std::int64_t n, float a, Stream stream, int unroll, unsigned cluster, bool pdl) {
+void axpy(const float* x, float* y, std::int64_t n, float a, Stream stream, int unroll, unsigned cluster, bool pdl,
+          bool cooperative) {
   NK_CHECK(n >= 0, "selftest axpy: n must be >= 0, got ", n);
   if (n == 0) return;
   Runtime& rt = Runtime::instance();
@@ -43,6 +44,7 @@ void axpy(const float* x, float* y, std::int64_t n, float a, Stream stream, int 
   cfg.block.x = kThreads;
   cfg.stream = stream;
   cfg.pdl = pdl;
+  cfg.cooperative = cooperative;
   long long n_arg = n;
   void* args[] = {&x, &y, &n_arg, &a};
   rt.launch(kernel, cfg, args);

@@ -107,6 +107,29 @@ TEST(RmsNormPlan, GroupRowsWhereMeasured) {
   EXPECT_EQ(plan_fwd(no_res_out, 4, 90).group_stages, 0);
 }
 
+// The in-place fused add (RmsFwdSpec::in_place) plans the same grouped rows and asks
+// for the kernel's COOPERATIVE instantiation; every other kernel's source is unchanged.
+TEST(RmsNormPlan, GroupRowsInPlace) {
+  for (const bool center : {false, true}) {
+    RmsFwdSpec f = group_spec(262144, f32, f32, center, "", f32);
+    RmsFwdSpec in_place = f;
+    in_place.in_place = true;
+    in_place.plan = plan_fwd(in_place, 4, 90);
+    ASSERT_GT(in_place.plan.group_stages, 0);
+    EXPECT_EQ(in_place.plan.str(), f.plan.str());
+    const std::string args = fwd_source(in_place).template_args;
+    const std::string plain = fwd_source(f).template_args;
+    EXPECT_EQ(args, plain.substr(0, plain.size() - 1) + ", true>");
+    // Other plans: the flag does not enter their source.
+    for (const char* other : {"row=regs", "row=bulk,cluster=16"}) {
+      RmsFwdSpec o = group_spec(262144, f32, f32, center, other, f32);
+      RmsFwdSpec o_in_place = o;
+      o_in_place.in_place = true;
+      EXPECT_EQ(fwd_source(o_in_place).template_args, fwd_source(o).template_args) << other;
+    }
+  }
+}
+
 // The measured shapes: CTA threads, vectors a thread, CTAs per SM, the stages that fit
 // and whether the parameters' slices sit beside them.
 TEST(RmsNormPlan, GroupRowsShape) {
@@ -246,6 +269,18 @@ TEST_F(RmsNormKernelSweep, GroupRowsForwardCompilesWithoutSpills) {
           expect_fwd_clean(f, "sm_90a");
           ++kernels;
         }
+  // The in-place fused add's kernels (residual and residual_out of x's dtype).
+  for (const char* override_text : {"", "row=group", "row=group,minb=3,ept=16"})
+    for (const DType x : {bf16, f32})
+      for (const bool center : {false, true}) {
+        RmsFwdSpec f = group_spec(x == f32 ? 262144 : 131072, x, x, center, override_text, x);
+        f.in_place = true;
+        f.plan = plan_fwd(f, 16 / static_cast<int>(dtype_size(x)), 90);
+        if (f.plan.group_stages == 0) continue;
+        ASSERT_NE(fwd_source(f).template_args.find(", true>"), std::string::npos);
+        expect_fwd_clean(f, "sm_90a");
+        ++kernels;
+      }
   for (const bool center : {false, true}) {
     RmsFwdSpec f = group_spec(262144, f32, f32, center, "", f32, 100);
     f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=group");

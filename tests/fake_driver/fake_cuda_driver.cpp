@@ -47,6 +47,7 @@ thread_local std::vector<CUcontext> t_stack;
 struct LastLaunch {
   unsigned grid = 0, block = 0, cluster = 0;
   int pdl = 0;
+  int cooperative = 0;
   unsigned long long stream = 0;
   int device = -1;
 };
@@ -74,6 +75,10 @@ void fake_cuda_last_launch(unsigned* grid, unsigned* cluster, int* pdl, int* dev
   *cluster = g_last.cluster;
   *pdl = g_last.pdl;
   *device = g_last.device;
+}
+int fake_cuda_last_launch_cooperative() {
+  std::lock_guard<std::mutex> lock(g_last_mutex);
+  return g_last.cooperative;
 }
 unsigned long long fake_cuda_device_pointer(int device, unsigned long long offset) {
   return kFakeBase + device * kDeviceSpan + offset;
@@ -208,6 +213,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void*
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) last.cluster = cfg->attrs[i].value.clusterDim.x;
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
       last.pdl = cfg->attrs[i].value.programmaticStreamSerializationAllowed;
+    if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) last.cooperative = cfg->attrs[i].value.cooperative;
   }
   if (last.cluster > 16 || (last.cluster && last.grid % last.cluster)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   {

@@ -16,6 +16,7 @@ struct FakeProbe {
   unsigned long long (*device_pointer)(int, unsigned long long) = nullptr;
   unsigned long long (*capturing_stream)() = nullptr;
   int (*func_attribute_calls)() = nullptr;  // cuFuncGetAttribute + cuFuncSetAttribute so far
+  int (*last_launch_cooperative)() = nullptr;  // the last launch's cooperative attribute
 };
 
 // Fills `probe` from the fake driver the runtime opens (NORMKIT_CUDA_DRIVER_PATH,
@@ -34,8 +35,9 @@ inline void open_fake_driver(FakeProbe* probe) {
       reinterpret_cast<unsigned long long (*)(int, unsigned long long)>(dlsym(h, "fake_cuda_device_pointer"));
   probe->capturing_stream = reinterpret_cast<unsigned long long (*)()>(dlsym(h, "fake_cuda_capturing_stream"));
   probe->func_attribute_calls = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_func_attribute_calls"));
+  probe->last_launch_cooperative = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_last_launch_cooperative"));
   ASSERT_TRUE(probe->module_loads && probe->launches && probe->last_launch && probe->device_pointer &&
-              probe->capturing_stream && probe->func_attribute_calls);
+              probe->capturing_stream && probe->func_attribute_calls && probe->last_launch_cooperative);
   char dir[] = "/tmp/normkit-fake-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   setenv("NORMKIT_CACHE_DIR", dir, 1);

@@ -135,6 +135,25 @@ TEST_F(MultiDevice, ClusterAndPdlReachTheDriverAndErrorsNameTheKernel) {
     EXPECT_NE(msg.find("launch of kernel 'selftest_axpy'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("cluster 32x1x1"), std::string::npos) << msg;
   }
+  EXPECT_EQ(probe_.last_launch_cooperative(), 0);
+}
+
+// A cooperative launch (every CTA resident at once: the in-place fused add's grouped
+// rows) reaches the driver as its attribute, and is refused together with PDL, which
+// would let the grid start beside the kernel ahead of it.
+TEST_F(MultiDevice, CooperativeReachesTheDriverAndIsNotPdl) {
+  selftest::axpy(on(0), on(0, 1 << 20), 100000, 1.f, nullptr, 1, 0, false, true);
+  EXPECT_EQ(probe_.last_launch_cooperative(), 1);
+  unsigned grid = 0, cluster = 0;
+  int pdl = -1, dev = -1;
+  probe_.last_launch(&grid, &cluster, &pdl, &dev);
+  EXPECT_EQ(pdl, 0);
+  try {
+    selftest::axpy(on(0), on(0, 1 << 20), 100000, 1.f, nullptr, 1, 0, true, true);
+    FAIL() << "a cooperative launch with PDL was accepted";
+  } catch (const normkit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cooperative"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(MultiDevice, LaunchLeavesTheCallersContextAlone) {

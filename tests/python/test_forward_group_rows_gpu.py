@@ -8,7 +8,8 @@ groups; per-head weights (read from global memory); a residual (residual_out
 bit-exact); the plans' own grouped rows (the measured fp32 calls); the same bits run to
 run, and with NORMKIT_SYNC_TIMEOUT_US=0, where every CTA computes its rows' slice
 moments itself from global memory instead of waiting; LayerNorm rows far from zero; the
-in-place fused add (planned without grouped rows) and NORMKIT_GROUP_ROWS=0; a CUDA graph
+in-place fused add on its own grouped kernel, launched cooperatively (the out-of-place
+call's bits, with and without NORMKIT_SYNC_TIMEOUT_US=0) and NORMKIT_GROUP_ROWS=0; a CUDA graph
 of a grouped call (its scratch captured as allocation nodes). Which shapes the
 overrides plan this way is tests/cpp/test_forward_group_rows.cpp's
 (GroupRowsPlansTheGpuTestShapes).
@@ -135,15 +136,28 @@ def test_layernorm_group_rows_far_from_zero():
     check("mean 1000: rstd", rstd, rstd_ref.reshape(rstd.shape))
 
 
+@pytest.mark.parametrize("timeout", ["2000", "0"], ids=["waiting", "timed-out"])
 @pytest.mark.parametrize("kind", ["rms", "ln"])
-def test_fused_add_in_place_not_grouped(kind):
-    # residual += x, x = norm(residual) on a shape the plans group out of place.
-    m, n = 9, 262144
-    x, residual = rand((m, n), FP32), rand((m, n), FP32)
+def test_fused_add_in_place_grouped(kind, timeout):
+    # residual += x, x = norm(residual) on a shape the plans group: the in-place kernel
+    # (COOPERATIVE, launched cooperatively) gives the out-of-place grouped call's bits.
+    # It waits for its group with no deadline, so NORMKIT_SYNC_TIMEOUT_US=0 (every CTA of
+    # the out-of-place call computes its rows' slice moments itself) changes nothing.
+    m, n = 64, 262144
+    x0, residual0 = rand((m, n), FP32), rand((m, n), FP32)
     w, b = rand((n,), FP32), rand((n,), FP32) if kind == "ln" else None
-    y, res_ref = _fused_ref(kind, x, residual, w, b, 0.0)
-    with torch.no_grad():
-        assert _fused(kind, x, residual, w, b, 0.0) is None
+    y, res_ref = _fused_ref(kind, x0, residual0, w, b, 0.0)
+    with plan_switch("NORMKIT_SYNC_TIMEOUT_US", timeout):
+        if kind == "rms":
+            out_ref, res_out_ref, _ = rmsnorm_fwd(x0, w, residual=residual0, eps=EPS)
+        else:
+            out_ref, res_out_ref, _, _ = layernorm_fwd(x0, w, b, residual=residual0, eps=EPS)
+        for rep in range(3):
+            x, residual = x0.clone(), residual0.clone()
+            with torch.no_grad():
+                assert _fused(kind, x, residual, w, b, 0.0) is None
+            assert torch.equal(residual, res_out_ref), f"{kind} rep {rep}: residual differs from out of place"
+            assert torch.equal(x, out_ref), f"{kind} rep {rep}: x differs from out of place"
     check_exact(f"{kind}: residual (in place)", residual, res_ref)
     check(f"{kind}: x (in place)", x, y)
 
@@ -173,3 +187,26 @@ def test_forward_group_rows_in_a_cuda_graph():
     torch.cuda.synchronize()
     assert torch.equal(out, eager_out), "graph replay: out differs from the eager call"
     assert torch.equal(res_out, eager_res), "graph replay: residual_out differs from the eager call"
+
+
+# The in-place fused add's grouped rows in a CUDA graph: the cooperative kernel is
+# captured as such a node, and its replays give the eager call's bits.
+def test_fused_add_in_place_grouped_in_a_cuda_graph():
+    n = 262144
+    x0, residual0 = rand((9, n), FP32), rand((9, n), FP32)
+    w = rand((n,), FP32)
+    x_eager, residual_eager = x0.clone(), residual0.clone()
+    with torch.no_grad():
+        _fused("rms", x_eager, residual_eager, w, None, 0.0)  # also compiles and loads
+        x, residual = x0.clone(), residual0.clone()
+        stream = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                _fused("rms", x, residual, w, None, 0.0)
+        x.copy_(x0)
+        residual.copy_(residual0)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(residual, residual_eager), "graph replay: residual differs from the eager call"
+    assert torch.equal(x, x_eager), "graph replay: x differs from the eager call"

@@ -38,6 +38,13 @@
 // one group fits. A CTA that waited sync_timeout_ns for a slot (a process given fewer
 // SMs than the device has) computes every slice's moments of that row itself from
 // global memory, with the same arithmetic: the same bits.
+// COOPERATIVE (the in-place fused add: out over x, residual_out over the residual):
+// the host launches the grid cooperatively, so every CTA is resident at once and a CTA
+// waits for its group's slots with no deadline and no way out. It has to: a CTA that
+// read the other slices from global memory could read them after their CTAs had
+// overwritten them. Each CTA then reads and writes its own slice only, the bulk copy
+// of a row into the stage done before any store over that row, so in place needs
+// nothing else (sync_timeout_ns is not read).
 // Grid: persistent, G groups of S CTAs; group g takes rows g, g + G, g + 2G, ...,
 // CTA c of a group slice c of each (SplitConfig's chunk c).
 #pragma once
@@ -53,7 +60,7 @@ namespace nk {
 constexpr int kGroupLookahead = 2;
 
 template <class Cfg, class X, class R, class RO, class W, class B, class O, bool STORE_RSTD, bool CENTER,
-          bool PARAMS_SMEM, int STAGES>
+          bool PARAMS_SMEM, int STAGES, bool COOPERATIVE = false>
 __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kernel(const NormFwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int TPR = Cfg::TPR;
@@ -258,10 +265,19 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
       const X* xs = reinterpret_cast<const X*>(stage(s));
       const RR* rs = reinterpret_cast<const RR*>(stage(s) + L.x_bytes);
       if (threadIdx.x < 32) {
-        int late = p.sync_timeout_ns == 0;  // NORMKIT_SYNC_TIMEOUT_US=0: never wait
+        int late = !COOPERATIVE && p.sync_timeout_ns == 0;  // NORMKIT_SYNC_TIMEOUT_US=0: never wait
         int missing = 0;
 #pragma unroll
         for (int q = 0; q < SLOTS_PER_LANE; ++q) missing |= lane + 32 * q < S && slot[q] == 0;
+        if constexpr (COOPERATIVE) {
+#pragma unroll
+          for (int q = 0; q < SLOTS_PER_LANE; ++q) {
+            const int c = lane + 32 * q;
+            while (c < S && slot[q] == 0)
+              asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(slot[q]) : "l"(slot_address(r, c)) : "memory");
+          }
+          missing = 0;
+        }
         // The clock only where a slot is still missing (asked a step ahead, most are in).
         if (missing && !late) {
           unsigned deadline;
@@ -283,7 +299,7 @@ __global__ void __launch_bounds__(Cfg::TPR, Cfg::MIN_BLOCKS) norm_fwd_group_kern
         if (lane == 0) timed_out_shared = late;
       }
       __syncthreads();
-      if (timed_out_shared) {
+      if (!COOPERATIVE && timed_out_shared) {
         // Every slice's moments of the row from global memory, by this CTA alone
         // (two block reductions each), then combined as the slots would have been.
         const X* x_row = row_ptr<X>(p.x, p.shape, r);

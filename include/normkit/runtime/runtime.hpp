@@ -34,6 +34,10 @@ struct LaunchConfig {
   unsigned shared_bytes = 0;   // dynamic shared memory
   Dim3 cluster{0, 0, 0};       // thread-block cluster dims; x == 0 means no cluster attribute
   bool pdl = false;            // programmatic dependent launch (programmatic stream serialization)
+  // Cooperative launch: every CTA of the grid resident at once, or the launch fails
+  // (CU_LAUNCH_ATTRIBUTE_COOPERATIVE), for kernels whose CTAs wait on each other with
+  // no way out. Not with pdl: such a grid may not start early beside the kernel ahead.
+  bool cooperative = false;
   Stream stream = nullptr;
 };
 

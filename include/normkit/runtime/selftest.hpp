@@ -15,10 +15,11 @@ namespace normkit::rt::selftest {
 KernelSource axpy_source(int unroll = 1);
 
 // Launches axpy on `stream` on the device that x and y live on. `cluster` > 0 launches
-// thread-block clusters of that many CTAs and `pdl` sets programmatic dependent
-// launch, so the GPU tests can prove both launch attributes reach the driver.
+// thread-block clusters of that many CTAs, `pdl` sets programmatic dependent launch
+// and `cooperative` a cooperative one, so the tests can prove the launch attributes
+// reach the driver.
 void axpy(const float* x, float* y, std::int64_t n, float a, Stream stream, int unroll = 1, unsigned cluster = 0,
-          bool pdl = false);
+          bool pdl = false, bool cooperative = false);
 
 // Allocates device memory on `device` through the driver, runs axpy on a fresh
 // non-default stream against a host reference, and returns "" on success or a
