@@ -54,6 +54,11 @@ struct LastLaunch {
 std::mutex g_last_mutex;
 LastLaunch g_last;
 
+bool fake_pools() {
+  const char* env = std::getenv("FAKE_CUDA_MEMORY_POOLS");
+  return env != nullptr && std::string(env) == "1";
+}
+
 int device_count() {
   const char* env = std::getenv("FAKE_CUDA_DEVICES");
   const int n = env ? std::atoi(env) : 2;
@@ -118,6 +123,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = major; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = minor; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = fake_pools() ? 1 : 0; return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
 }
@@ -239,9 +245,25 @@ CUresult CUDAAPI cuMemcpyDtoHAsync(void*, CUdeviceptr, size_t, CUstream) { retur
 // A memset is accepted (nothing is written): the grouped backward zeroes its slots in
 // the workspace before its launch.
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_SUCCESS; }
-CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*) { return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) { return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr*, size_t, CUmemoryPool, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+// Stream-ordered pools only under FAKE_CUDA_MEMORY_POOLS=1 (the forward's grouped rows
+// take their slots from one): allocations are fake pointers high in the device's span,
+// never read or written, and never given back.
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr, CUstream) { return fake_pools() ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (!fake_pools()) return CUDA_ERROR_NOT_SUPPORTED;
+  *pool = reinterpret_cast<CUmemoryPool>(static_cast<uintptr_t>(0x1000 + props->location.id));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) {
+  return fake_pools() ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t bytes, CUmemoryPool pool, CUstream) {
+  if (!fake_pools()) return CUDA_ERROR_NOT_SUPPORTED;
+  const int device = static_cast<int>(reinterpret_cast<uintptr_t>(pool) - 0x1000);
+  static std::atomic<unsigned long long> next{0};
+  const unsigned long long at = next.fetch_add((bytes + 255) / 256 * 256);
+  *p = kFakeBase + device * kDeviceSpan + (kDeviceSpan / 2) + at % (kDeviceSpan / 2);
+  return CUDA_SUCCESS;
+}
 
 }  // extern "C"

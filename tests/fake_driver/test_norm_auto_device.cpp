@@ -248,3 +248,39 @@ TEST_F(NormAutoDevice, GroupedBackwardGridAndSlots) {
   unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
   normkit::rt::Runtime::instance().reload_config();
 }
+
+// The in-place fused add (out over x, residual_out over the residual) on the grouped
+// rows (fp32 N=262144 with a residual, planned grouped on sm_90): its kernel is launched
+// cooperatively and without PDL, which the same rows out of place keep (with PDL, not
+// cooperative). The forward's grouped rows take their slots from a memory pool
+// (FAKE_CUDA_MEMORY_POOLS=1).
+TEST_F(NormAutoDevice, InPlaceGroupedRowsLaunchCooperatively) {
+  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  normkit::rt::Runtime::instance().reload_config();
+  constexpr std::int64_t rows = 64, n = 262144;
+  auto args = [&](bool in_place) {
+    RmsNormFwdArgs a;
+    a.shape = {rows, n, 0};
+    a.x = Rows::strided(on(0, 0), DType::kFloat32, n);
+    a.residual = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
+    a.out = in_place ? a.x : Rows::strided(on(0, 256ull << 20), DType::kFloat32, n);
+    a.residual_out = in_place ? a.residual : Rows::strided(on(0, 384ull << 20), DType::kFloat32, n);
+    a.weight = {on(0, 512ull << 20), DType::kFloat32};
+    a.device = Device::cuda(0);
+    return a;
+  };
+  unsigned grid = 0, cluster = 0;
+  int pdl = -1, device = -1;
+  for (const bool in_place : {false, true}) {
+    rmsnorm_fwd(args(in_place));
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    EXPECT_EQ(probe_.last_launch_cooperative(), in_place ? 1 : 0) << in_place;
+    EXPECT_EQ(pdl, in_place ? 0 : 1) << in_place;
+    EXPECT_EQ(cluster, 0u) << in_place;
+    EXPECT_EQ(grid % 128, 0u) << "whole groups of the row's slices, in place " << in_place;
+  }
+  unsetenv("FAKE_CUDA_MEMORY_POOLS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+  normkit::rt::Runtime::instance().reload_config();
+}
