@@ -180,7 +180,8 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in) {
 // (ept=8, one vector a thread) instead: a call 294.1 us (the register rows, 660
 // CTAs) -> 286.4 us (ept=16 299.8, ept=32 295.7; N=8192's ring 270.8), the evict-first
 // stores of the own plans in each, one call (scripts/bwd_kernel_times.py at 2ed4abe,
-// docs/perf/h200-2026-12-07e.md section 5).
+// docs/perf/h200-2026-12-07e.md section 5); in the H100 sweep at a63b300 0.891 -> 0.930, its GPU
+// tests passed (docs/perf/h200-2026-12-07f.md).
 int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   const bool dro = in.residual;
   // Per-head weights: a group's rows are not consecutive (one copy a row, far slower).
