@@ -11,10 +11,19 @@ mean time from the profiler (CUPTI), and the rest (launch gaps). A diagnostic: i
 nothing.
 
     python3 scripts/bwd_kernel_times.py --op rmsnorm --dtype bf16 --n 2048,4096,8192 [--dro] [--calls 30]
+        [--between flush|idle]
+
+--between separates the calls, to tell what a kernel loses by running right after the
+call before it (what Nsight Compute, which replays one kernel alone, does not see):
+`flush` reads a buffer of twice the L2 between calls (the previous call's dirty lines are
+written back during that read, not during the next row kernel), `idle` synchronizes and
+sleeps 2 ms (the GPU starts each call idle, as under a profiler's replay). The call's
+time by events then includes what separates them, so only the kernels' times are printed.
 """
 
 import argparse
 import collections
+import time
 
 import torch
 
@@ -46,6 +55,20 @@ def make_calls(op, dt, m, n, dro, sets):
     return calls
 
 
+def between_calls(kind):
+    """What runs between two timed calls (None: nothing, the benchmark's way)."""
+    if kind == "flush":
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        scratch = torch.ones(2 * l2 // 4, device="cuda", dtype=torch.float32)
+        return lambda: scratch.sum()
+    if kind == "idle":
+        def idle():
+            torch.cuda.synchronize()
+            time.sleep(0.002)
+        return idle
+    return None
+
+
 def one_shape(a, n):
     dt = DTYPES[a.dtype]
     m = max(1, (1 << 27) // n)
@@ -55,15 +78,20 @@ def one_shape(a, n):
     for f in calls:
         f()  # compile, allocate
     torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(a.calls):
-        calls[i % sets]()
-    stop.record()
-    torch.cuda.synchronize()
-    call_us = start.elapsed_time(stop) * 1e3 / a.calls
+    separate = between_calls(a.between)
+    call_us = None
+    if separate is None:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(a.calls):
+            calls[i % sets]()
+        stop.record()
+        torch.cuda.synchronize()
+        call_us = start.elapsed_time(stop) * 1e3 / a.calls
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for i in range(a.calls):
+            if separate is not None:
+                separate()
             calls[i % sets]()
         torch.cuda.synchronize()
     per_kernel = collections.defaultdict(float)
@@ -71,6 +99,9 @@ def one_shape(a, n):
         if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
             per_kernel[short_name(e.name)] += e.device_time_total / a.calls
     kernels = " ".join(f"{k}={v:.1f}" for k, v in sorted(per_kernel.items(), key=lambda kv: -kv[1]))
+    if call_us is None:
+        print(f"{a.op} {a.dtype} dro={int(a.dro)} M={m} N={n} (between calls: {a.between}): {kernels}", flush=True)
+        return
     rest = call_us - sum(per_kernel.values())
     print(f"{a.op} {a.dtype} dro={int(a.dro)} M={m} N={n}: call {call_us:.1f} us | {kernels} | rest {rest:.1f} us",
           flush=True)
@@ -83,6 +114,8 @@ def main():
     ap.add_argument("--n", required=True, help="normalized sizes, comma-separated")
     ap.add_argument("--dro", action="store_true", help="with dresidual_out (a residual, prenorm)")
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--between", choices=("none", "flush", "idle"), default="none",
+                    help="what separates the calls (see above); default none, back to back as the benchmark")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         ap.error("no CUDA device: this times the GPU kernels")
