@@ -112,6 +112,16 @@ struct FwdKernel {
 bool use_pdl(rt::Runtime& runtime, int device) {
   return runtime.switches().pdl && runtime.target_for_device(device).arch >= 90;
 }
+
+// The kernel of spec.plan, and for a persistent grid (the pipelined rows, the bulk
+// ring) the row groups the device holds at once. Grouped rows count theirs apart.
+FwdKernel load_fwd(rt::Runtime& runtime, const RmsFwdSpec& spec, int device, rt::Stream stream) {
+  FwdKernel k{spec.plan, runtime.get(fwd_source(spec), device, stream), 0, use_pdl(runtime, device)};
+  if (spec.plan.prefetch || spec.plan.bulk_stages)
+    k.resident_groups = resident_groups(runtime, k.kernel, spec.plan,
+                                        spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
+  return k;
+}
 }  // namespace
 
 void rmsnorm_fwd_cuda(const RmsNormFwdArgs& a, int device) { norm_fwd_cuda(a, nullptr, kRmsNorm, device); }
@@ -162,7 +172,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     const int arch = runtime.target_for_device(device).arch;
     spec.memory_gbps = runtime.device_info(device).memory_gbps;
     spec.plan = plan_fwd(spec, limit.vec, arch);
-    found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
+    found = load_fwd(runtime, spec, device, a.stream);
     if (spec.plan.group_stages > 0) {
       // A group's CTAs wait for each other: the device must hold one group at once,
       // and the slots come from its memory pool. Otherwise the plan without it.
@@ -179,14 +189,11 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
                           "; planned without grouped rows (slower there)");
         spec.group_rows_allowed = false;
         spec.plan = plan_fwd(spec, limit.vec, arch);
-        found = FwdKernel{spec.plan, runtime.get(fwd_source(spec), device, a.stream), 0, use_pdl(runtime, device)};
+        found = load_fwd(runtime, spec, device, a.stream);
       }
     }
     log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
              spec.plan_override.group_rows);
-    if (spec.plan.prefetch || spec.plan.bulk_stages)
-      found->resident_groups = resident_groups(runtime, found->kernel, spec.plan,
-                                               spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
     memo.put(key, *found);
   }
   const RowPlan& plan = found->plan;
@@ -234,14 +241,30 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   const std::size_t slots = static_cast<std::size_t>(a.shape.rows) * static_cast<std::size_t>(ctas_per_group);
   p.group_slots = static_cast<unsigned long long*>(runtime.alloc_async(device, slots * 8, a.stream));
   p.sync_timeout_ns = static_cast<unsigned>(runtime.switches().sync_timeout_us * 1000ull);
+  bool launched = false;
   try {
     runtime.zero_async(device, p.group_slots, 2 * slots, a.stream);
-    runtime.launch(found->kernel, cfg, args);
+    launched = runtime.launch_unless_cooperative_refused(found->kernel, cfg, args);
   } catch (...) {
     runtime.free_async(device, p.group_slots, a.stream);
     throw;
   }
   runtime.free_async(device, p.group_slots, a.stream);
+  if (launched) return;
+  // The driver holds fewer CTAs at once than the occupancy said (a process given part
+  // of the SMs, as under MPS): the in-place rows without grouped rows from now on.
+  rt::warn_once(std::string(kind.fwd_name) + ":cooperative:" + std::to_string(a.shape.n),
+                std::string(kind.fwd_name) + ": in place, rows of N=" + std::to_string(a.shape.n) + " planned as " +
+                    plan.str() + " launch " + std::to_string(cfg.grid.x) +
+                    " CTAs cooperatively, which the driver refused as more than it holds at once"
+                    " (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE); planned without grouped rows (slower there)");
+  spec.group_rows_allowed = false;
+  spec.memory_gbps = runtime.device_info(device).memory_gbps;
+  spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
+  log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
+           spec.plan_override.group_rows);
+  memo.put(key, load_fwd(runtime, spec, device, a.stream));
+  norm_fwd_cuda(a, mean, kind, device);  // finds the plan just memoized
 }
 
 namespace {

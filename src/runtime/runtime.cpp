@@ -561,6 +561,13 @@ std::int64_t Runtime::max_resident_ctas(const LoadedKernel& kernel, const Launch
 }
 
 void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void** args) {
+  const bool launched = launch_unless_cooperative_refused(kernel, cfg, args);
+  NK_CHECK(launched, "launch of kernel '", kernel.compiled->lowered_name, "' on cuda:", kernel.device,
+           " failed: the driver refused its cooperative grid of ", cfg.grid.x * cfg.grid.y * cfg.grid.z,
+           " CTAs as more than it holds at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)");
+}
+
+bool Runtime::launch_unless_cooperative_refused(const LoadedKernel& kernel, const LaunchConfig& cfg, void** args) {
   NK_CHECK(kernel.function != nullptr && kernel.compiled && kernel.dynamic_shared_allowed,
            "launch: kernel handle is empty (use Runtime::get first)");
   const DriverApi& d = driver();
@@ -592,12 +599,14 @@ void Runtime::launch(const LoadedKernel& kernel, const LaunchConfig& cfg, void**
   lc.attrs = n_attrs ? attrs : nullptr;
   lc.numAttrs = n_attrs;
   const CUresult r = d.cuLaunchKernelEx(&lc, fn, args, nullptr);
+  if (cfg.cooperative && r == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) return false;
   NK_CHECK(r == CUDA_SUCCESS, "launch of kernel '", kernel.compiled->meta.count("family") ? kernel.compiled->meta.at("family") : "",
            "' (", kernel.compiled->lowered_name, ") on cuda:", kernel.device, " failed: ", d.error_text(r), " [grid ",
            cfg.grid.x, "x", cfg.grid.y, "x", cfg.grid.z, ", block ", cfg.block.x, "x", cfg.block.y, "x", cfg.block.z,
            ", shared ", cfg.shared_bytes, " B, cluster ", cfg.cluster.x, "x", cfg.cluster.y, "x", cfg.cluster.z,
            cfg.pdl ? ", PDL" : "", cfg.cooperative ? ", cooperative" : "", "]");
   impl_->counters.launches++;
+  return true;
 }
 
 Counters Runtime::counters() const {

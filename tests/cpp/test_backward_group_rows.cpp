@@ -92,7 +92,7 @@ TEST(RmsNormPlan, BackwardGroupRowsShape) {
 // overtook them, test_backward_bulk_rows.cpp); nowhere under another override, NORMKIT_GROUP_ROWS=0,
 // sm_100, fp16, mixed dtypes, per-head weights, no dw, a separate dresidual.
 TEST(RmsNormPlan, BackwardGroupRowsWhereMeasured) {
-  auto measured = [](std::int64_t n, DType x, bool center, bool dro) {
+  auto measured = [](std::int64_t n, DType x, bool /*center*/, bool /*dro*/) {
     return x == f32 && n == 262144;
   };
   for (const DType x : {bf16, f32})

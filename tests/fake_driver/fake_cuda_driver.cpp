@@ -222,6 +222,11 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void*
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) last.cooperative = cfg->attrs[i].value.cooperative;
   }
   if (last.cluster > 16 || (last.cluster && last.grid % last.cluster)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  // FAKE_CUDA_COOPERATIVE_MAX_CTAS: the most CTAs a cooperative grid may have (a process
+  // given fewer SMs than the device reports, as under MPS); more is refused.
+  if (const char* most = std::getenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS");
+      most && last.cooperative && last.grid > static_cast<unsigned>(std::atoi(most)))
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   {
     std::lock_guard<std::mutex> lock(g_last_mutex);
     g_last = last;

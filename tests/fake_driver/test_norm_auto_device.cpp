@@ -284,3 +284,38 @@ TEST_F(NormAutoDevice, InPlaceGroupedRowsLaunchCooperatively) {
   unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
   normkit::rt::Runtime::instance().reload_config();
 }
+
+// A driver that holds fewer CTAs at once than the occupancy said (a process given part
+// of the SMs, as under MPS) refuses the in-place grouped rows' cooperative grid: the
+// call then runs without grouped rows, says so once, and later calls go there directly.
+TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
+  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  setenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS", "64", 1);
+  normkit::rt::Runtime::instance().reload_config();
+  constexpr std::int64_t rows = 64, n = 262144;
+  RmsNormFwdArgs a;
+  a.shape = {rows, n, 0};
+  a.x = a.out = Rows::strided(on(0, 0), DType::kFloat32, n);
+  a.residual = a.residual_out = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
+  a.weight = {on(0, 512ull << 20), DType::kFloat32};
+  a.device = Device::cuda(0);
+  unsigned grid = 0, cluster = 0;
+  int pdl = -1, device = -1;
+  for (int call = 0; call < 2; ++call) {
+    const long before = probe_.launches(0);
+    ::testing::internal::CaptureStderr();
+    rmsnorm_fwd(a);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    EXPECT_EQ(probe_.last_launch_cooperative(), 0) << "call " << call;
+    EXPECT_EQ(probe_.launches(0) - before, 1) << "call " << call << ": one kernel launched, nothing else";
+    const bool warned = log.find("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE") != std::string::npos &&
+                        log.find("planned without grouped rows") != std::string::npos;
+    EXPECT_EQ(warned, call == 0) << "call " << call << ": " << log;
+  }
+  unsetenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS");
+  unsetenv("FAKE_CUDA_MEMORY_POOLS");
+  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
+  normkit::rt::Runtime::instance().reload_config();
+}

@@ -138,6 +138,11 @@ class Runtime {
   // Launches `kernel` on config.stream under a guard for kernel.device.
   // args: pointers to each kernel parameter, as for cuLaunchKernel.
   void launch(const LoadedKernel& kernel, const LaunchConfig& config, void** args);
+  // launch(), except that a cooperative launch the driver refuses as too large for the
+  // CTAs it can hold at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: a process given
+  // fewer SMs than the device has, as under MPS) returns false, nothing launched, so
+  // the caller can launch another plan. Every other failure throws, as launch() does.
+  bool launch_unless_cooperative_refused(const LoadedKernel& kernel, const LaunchConfig& config, void** args);
   // How many CTAs of `kernel` launched as `config` (block, cluster, dynamic shared
   // memory; grid and stream are not read) the device holds at once, in whole
   // clusters: the driver's occupancy answer, for persistent grids (a persistent
