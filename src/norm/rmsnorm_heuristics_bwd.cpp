@@ -392,7 +392,10 @@ std::int64_t plan_bwd_column_parts(std::int64_t n, int vec, std::int64_t rows_pe
 // took 9.8 us, one lane of 256 columns 4.5. Same-call A/B of the 88 backward rows
 // against 8 lanes of 32 columns (section 4 there): +0.33 % on average, +1-3.5 % for the
 // short register rows and the long rows; LayerNorm's 0.7-1.6 % slower rows came from
-// the kernel's load scheduling (param_grad_reduce.cuh), since fixed but not re-measured.
+// the kernel's load scheduling (param_grad_reduce.cuh), since fixed: in the next sweep
+// (a63b300, another H100; docs/perf/h200-2026-12-07f.md) LayerNorm's 44 backward rows
+// were level or faster than at 2ed4abe (+1.3 % on average, up to +3.1 %), RMSNorm's
+// +1.0 % on average (machines differ by about that; no same-call A/B yet).
 ParamReduceShape param_reduce_shape(std::int64_t parts) {
   int lanes = 1;
   while (lanes < 32 && parts > 32 * static_cast<std::int64_t>(lanes)) lanes *= 2;

@@ -25,7 +25,8 @@ namespace nk {
 // dweight and dbias kernel to 32 registers and issued each batch's loads two at a
 // time, each add waiting on its load (LayerNorm's backward ran 0.7-1.6 % slower at
 // the same CTA shape as before, H100, docs/perf/h200-2026-12-07e.md); with (1024, 1)
-// it takes 47 and issues all 16 before the first add, as the 256-thread kernel did.
+// it takes 47 and issues all 16 before the first add, as the 256-thread kernel did
+// (the next H100 sweep: LayerNorm's backward rows level or faster, h200-2026-12-07f.md).
 constexpr int kReduceThreads = 1024;
 
 template <class W, class B>
