@@ -167,12 +167,16 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
                     dtype_code(spec.x) | dtype_code(spec.residual) << 4 | dtype_code(spec.residual_out) << 8 |
                         dtype_code(spec.weight) << 12 | dtype_code(spec.bias) << 16 | dtype_code(spec.out) << 20,
                     0};
+  // The plan of spec on this device and its kernel (off the hot path: memo misses and
+  // the fallbacks without grouped rows).
+  auto plan_and_load = [&] {
+    spec.memory_gbps = runtime.device_info(device).memory_gbps;
+    spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
+    return load_fwd(runtime, spec, device, a.stream);
+  };
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
-    const int arch = runtime.target_for_device(device).arch;
-    spec.memory_gbps = runtime.device_info(device).memory_gbps;
-    spec.plan = plan_fwd(spec, limit.vec, arch);
-    found = load_fwd(runtime, spec, device, a.stream);
+    found = plan_and_load();
     if (spec.plan.group_stages > 0) {
       // A group's CTAs wait for each other: the device must hold one group at once,
       // and the slots come from its memory pool. Otherwise the plan without it.
@@ -188,8 +192,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
                                  : std::string("memory pools (cuMemAllocFromPoolAsync), which this device lacks")) +
                           "; planned without grouped rows (slower there)");
         spec.group_rows_allowed = false;
-        spec.plan = plan_fwd(spec, limit.vec, arch);
-        found = load_fwd(runtime, spec, device, a.stream);
+        found = plan_and_load();
       }
     }
     log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
@@ -259,11 +262,10 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
                     " CTAs cooperatively, which the driver refused as more than it holds at once"
                     " (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE); planned without grouped rows (slower there)");
   spec.group_rows_allowed = false;
-  spec.memory_gbps = runtime.device_info(device).memory_gbps;
-  spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
+  const FwdKernel without_groups = plan_and_load();
   log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
            spec.plan_override.group_rows);
-  memo.put(key, load_fwd(runtime, spec, device, a.stream));
+  memo.put(key, without_groups);
   norm_fwd_cuda(a, mean, kind, device);  // finds the plan just memoized
 }
 
