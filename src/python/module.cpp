@@ -185,6 +185,7 @@ NB_MODULE(_C, m) {
     d["name"] = text(info.name);
     d["cc"] = cc_string(info.cc_major, info.cc_minor);
     d["sm_count"] = info.sm_count;
+    d["device_sm_count"] = info.device_sm_count;
     d["memory_gbps"] = info.memory_gbps;
     d["slower_memory"] = normkit::rt::slower_memory(info.memory_gbps);
     d["target"] = info.target.str();

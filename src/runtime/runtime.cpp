@@ -58,6 +58,16 @@ class ContextGuard {
 
 std::string describe(const KernelSource& k) { return "'" + k.family + "' " + k.template_args; }
 
+// The SMs `ctx` is limited to (CU_EXEC_AFFINITY_TYPE_SM_COUNT), 0 where the driver or
+// device does not say (CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY): no limit known.
+int context_sm_count(CUcontext ctx) {
+  const DriverApi& d = driver();
+  ContextGuard guard(ctx);
+  CUexecAffinityParam affinity{};
+  if (d.cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS) return 0;
+  return static_cast<int>(affinity.param.smCount.val);
+}
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -275,6 +285,22 @@ DeviceInfo Runtime::device_info(int device) {
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   NK_CU_CHECK(d.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  info.device_sm_count = info.sm_count;
+  // Under MPS with an active-thread limit the primary context runs on fewer SMs than the
+  // device attribute says, and the grids that need every CTA resident at once (the synced
+  // split rows, the cooperative grouped rows) must be sized for those: the driver refuses a
+  // cooperative grid that does not fit, and a synced one would wait out its timeout. The
+  // context's SM-count affinity says how many; a driver or device without the query keeps
+  // the attribute.
+  if (const int context_sms = context_sm_count(impl_->context(device));
+      context_sms > 0 && context_sms < info.sm_count) {
+    info.sm_count = context_sms;
+    warn_once("context-sm-count-" + std::to_string(device),
+              "device " + std::to_string(device) + ": this process's context may use " + std::to_string(context_sms) +
+                  " of its " + std::to_string(info.device_sm_count) +
+                  " SMs (MPS active-thread limit or an SM-count affinity); grids are sized for " +
+                  std::to_string(context_sms));
+  }
   int memory_khz = 0, bus_bits = 0;
   // Not checked: a driver without these attributes leaves the plans on their defaults.
   if (d.cuDeviceGetAttribute(&memory_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) == CUDA_SUCCESS &&

@@ -146,6 +146,16 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
   *ctx = t_stack.empty() ? nullptr : t_stack.back();
   return CUDA_SUCCESS;
 }
+// FAKE_CUDA_CONTEXT_SMS: the SMs each context is limited to (an MPS client with an
+// active-thread limit); unset, the query is unsupported, as on a device without MPS.
+CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam* p, CUexecAffinityType type) {
+  const char* sms = std::getenv("FAKE_CUDA_CONTEXT_SMS");
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (sms == nullptr || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+  p->type = type;
+  p->param.smCount.val = static_cast<unsigned>(std::atoi(sms));
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, void** values, CUdeviceptr p) {
   const bool fake = p >= kFakeBase && p < kFakeBase + kMaxDevices * kDeviceSpan;
   const int device = fake ? static_cast<int>((p - kFakeBase) / kDeviceSpan) : -2;

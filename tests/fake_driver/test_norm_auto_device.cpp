@@ -319,3 +319,64 @@ TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
   unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
   normkit::rt::Runtime::instance().reload_config();
 }
+
+// An MPS client limited to fewer SMs than the device has: the context's SM-count affinity
+// sizes the grids. The in-place rows at fp32 N=262144 group 128 CTAs (2 a SM here): on 64
+// SMs their cooperative grid fits the driver's limit; on 32 the plan leaves the grouping
+// out before launching (a refused launch would come too late under graph capture).
+namespace {
+void run_in_place_rows_on_context_sms(nktest::FakeProbe& probe, void* base, const char* context_sms,
+                                      const char* max_ctas, int expect_cooperative) {
+  setenv("FAKE_CUDA_CONTEXT_SMS", context_sms, 1);
+  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
+  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
+  setenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS", max_ctas, 1);
+  normkit::rt::Runtime::instance().reload_config();
+  ::testing::internal::CaptureStderr();
+  const normkit::rt::DeviceInfo info = normkit::rt::Runtime::instance().device_info(0);
+  const std::string info_log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(info.sm_count, std::atoi(context_sms));
+  EXPECT_EQ(info.device_sm_count, 132);
+  EXPECT_NE(info_log.find(std::string("may use ") + context_sms + " of its 132 SMs"), std::string::npos) << info_log;
+  constexpr std::int64_t rows = 64, n = 262144;
+  char* at = static_cast<char*>(base);
+  RmsNormFwdArgs a;
+  a.shape = {rows, n, 0};
+  a.x = a.out = Rows::strided(at, DType::kFloat32, n);
+  a.residual = a.residual_out = Rows::strided(at + (128ull << 20), DType::kFloat32, n);
+  a.weight = {at + (512ull << 20), DType::kFloat32};
+  a.device = Device::cuda(0);
+  const long before = probe.launches(0);
+  ::testing::internal::CaptureStderr();
+  rmsnorm_fwd(a);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  unsigned grid = 0, cluster = 0;
+  int pdl = -1, device = -1;
+  probe.last_launch(&grid, &cluster, &pdl, &device);
+  EXPECT_EQ(probe.launches(0) - before, 1) << "one launch, none refused: " << log;
+  EXPECT_EQ(probe.last_launch_cooperative(), expect_cooperative) << log;
+  if (expect_cooperative) EXPECT_LE(grid, static_cast<unsigned>(std::atoi(max_ctas)));
+  EXPECT_EQ(log.find("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"), std::string::npos) << log;
+  EXPECT_EQ(log.find("more than this device holds") != std::string::npos, expect_cooperative == 0) << log;
+  for (const char* name : {"FAKE_CUDA_CONTEXT_SMS", "FAKE_CUDA_COOPERATIVE_MAX_CTAS", "FAKE_CUDA_MEMORY_POOLS",
+                           "FAKE_CUDA_BLOCKS_PER_SM"})
+    unsetenv(name);
+  normkit::rt::Runtime::instance().reload_config();
+}
+}  // namespace
+
+TEST_F(NormAutoDevice, ContextSmLimitSizesTheCooperativeGrid) {
+  run_in_place_rows_on_context_sms(probe_, on(0, 0), "64", "128", 1);
+}
+
+TEST_F(NormAutoDevice, ContextSmLimitTooSmallForTheGroupPlansWithoutIt) {
+  run_in_place_rows_on_context_sms(probe_, on(0, 0), "32", "64", 0);
+}
+
+// Without the query (a GPU not under MPS) the device's count stands.
+TEST_F(NormAutoDevice, NoContextSmLimitKeepsTheDeviceCount) {
+  unsetenv("FAKE_CUDA_CONTEXT_SMS");
+  const normkit::rt::DeviceInfo info = normkit::rt::Runtime::instance().device_info(1);
+  EXPECT_EQ(info.sm_count, 132);
+  EXPECT_EQ(info.device_sm_count, 132);
+}

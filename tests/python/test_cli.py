@@ -145,6 +145,9 @@ def fake_gpus(monkeypatch):
         {"ordinal": 0, "name": "Fake H200", "cc": "9.0", "sm_count": 132, "memory_gbps": 4916, "slower_memory": False, "target": "sm_90a"},
         {"ordinal": 1, "name": "Fake A100", "cc": "8.0", "sm_count": 108, "memory_gbps": 0, "slower_memory": False, "target": "sm_80"},
         {"ordinal": 2, "name": "Fake H100", "cc": "9.0", "sm_count": 132, "memory_gbps": 3352, "slower_memory": True, "target": "sm_90a"},
+        # an MPS client limited to half the SMs
+        {"ordinal": 3, "name": "MPS H100", "cc": "9.0", "sm_count": 66, "device_sm_count": 132,
+         "memory_gbps": 3352, "slower_memory": True, "target": "sm_90a"},
     ]
     fake = normkit.cli._C
     monkeypatch.setattr(fake, "device_count", lambda: len(devices))
@@ -164,6 +167,8 @@ def test_doctor_lists_gpus(cli, fake_gpus):
         assert gpu["name"] in out and gpu["target"] in out and str(gpu["sm_count"]) in out
     # The memory class the plans read: an H100's named, an unknown bandwidth said so.
     assert "3352 (H100 plans)" in out and "4916" in out and "unknown" in out
+    # The SMs the process may use, beside the device's where they differ (MPS).
+    assert "66/132" in out
 
 
 def test_doctor_selftest_failure_exits_1(cli, fake_gpus):
@@ -175,7 +180,7 @@ def test_doctor_selftest_failure_exits_1(cli, fake_gpus):
     code, out, _ = cli("doctor", "--selftest", "--json")
     assert code == 1
     report = json.loads(out)
-    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL", "PASS"]
+    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL", "PASS", "PASS"]
 
 
 def test_doctor_without_nvrtc_says_why(cli, monkeypatch):

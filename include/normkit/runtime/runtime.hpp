@@ -70,7 +70,10 @@ struct DeviceInfo {
   int ordinal = -1;
   std::string name;
   int cc_major = 0, cc_minor = 0;
+  // The SMs this process's context may use: what the plans and every grid are sized for.
+  // Fewer than device_sm_count under MPS with an active-thread limit (runtime.cpp).
   int sm_count = 0;
+  int device_sm_count = 0;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // Peak DRAM bandwidth, GB/s, from the driver's memory clock and bus width (0 where the
   // driver reports neither): the plans tell an H100 (~3350) from an H200 (~4900), two
   // sm_90 parts of 132 SMs whose best plans differ (rmsnorm_heuristics.hpp).
