@@ -262,7 +262,7 @@ def _print_report(out, report, selftest):
                 gbps = gpu.get("memory_gbps") or 0
                 memory = f"{gbps} (H100 plans)" if gpu.get("slower_memory") else (str(gbps) if gbps else "unknown")
                 # Under MPS with an active-thread limit the process may use fewer SMs than the
-                # device has; the grids are sized for those (runtime.cpp, device_info).
+                # device has; the grids are sized for those (runtime_device.cpp, device_info).
                 sms = gpu["sm_count"]
                 if gpu.get("device_sm_count", sms) != sms:
                     sms = f"{sms}/{gpu['device_sm_count']}"

@@ -71,7 +71,7 @@ struct DeviceInfo {
   std::string name;
   int cc_major = 0, cc_minor = 0;
   // The SMs this process's context may use: what the plans and every grid are sized for.
-  // Fewer than device_sm_count under MPS with an active-thread limit (runtime.cpp).
+  // Fewer than device_sm_count under MPS with an active-thread limit (runtime_device.cpp).
   int sm_count = 0;
   int device_sm_count = 0;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // Peak DRAM bandwidth, GB/s, from the driver's memory clock and bus width (0 where the
