@@ -174,6 +174,19 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     spec.plan = plan_fwd(spec, limit.vec, runtime.target_for_device(device).arch);
     return load_fwd(runtime, spec, device, a.stream);
   };
+  // Both fallbacks below: say why once (tag, the start of the message), then the plan
+  // without grouped rows.
+  auto plan_without_groups = [&](const std::string& tag, const std::string& why) {
+    rt::warn_once(std::string(kind.fwd_name) + ":" + tag + ":" + std::to_string(a.shape.n),
+                  std::string(kind.fwd_name) + ": " + why + "; planned without grouped rows (slower there)");
+    spec.group_rows_allowed = false;
+    return plan_and_load();
+  };
+  auto log_and_memoize = [&](const FwdKernel& k) {
+    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
+             spec.plan_override.group_rows);
+    memo.put(key, k);
+  };
   std::optional<FwdKernel> found = memo.find(key);
   if (!found) {
     found = plan_and_load();
@@ -184,20 +197,13 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
       const bool pools = runtime.memory_pools_supported(device);
       found->resident_groups =
           pools ? resident_groups(runtime, found->kernel, spec.plan, spec.plan.smem_bytes) / slices : 0;
-      if (found->resident_groups < 1) {
-        rt::warn_once(std::string(kind.fwd_name) + ":group:" + std::to_string(a.shape.n),
-                      std::string(kind.fwd_name) + ": rows of N=" + std::to_string(a.shape.n) + " planned as " +
-                          spec.plan.str() + " need " +
-                          (pools ? std::to_string(slices) + " CTAs resident at once, more than this device holds"
-                                 : std::string("memory pools (cuMemAllocFromPoolAsync), which this device lacks")) +
-                          "; planned without grouped rows (slower there)");
-        spec.group_rows_allowed = false;
-        found = plan_and_load();
-      }
+      if (found->resident_groups < 1)
+        found = plan_without_groups(
+            "group", "rows of N=" + std::to_string(a.shape.n) + " planned as " + spec.plan.str() + " need " +
+                         (pools ? std::to_string(slices) + " CTAs resident at once, more than this device holds"
+                                : std::string("memory pools (cuMemAllocFromPoolAsync), which this device lacks")));
     }
-    log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
-             spec.plan_override.group_rows);
-    memo.put(key, *found);
+    log_and_memoize(*found);
   }
   const RowPlan& plan = found->plan;
   // The in-place fused add (residual_out is residual): only register-resident rows
@@ -256,16 +262,11 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   if (launched) return;
   // The driver holds fewer CTAs at once than the occupancy said (a process given part
   // of the SMs, as under MPS): the in-place rows without grouped rows from now on.
-  rt::warn_once(std::string(kind.fwd_name) + ":cooperative:" + std::to_string(a.shape.n),
-                std::string(kind.fwd_name) + ": in place, rows of N=" + std::to_string(a.shape.n) + " planned as " +
-                    plan.str() + " launch " + std::to_string(cfg.grid.x) +
-                    " CTAs cooperatively, which the driver refused as more than it holds at once"
-                    " (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE); planned without grouped rows (slower there)");
-  spec.group_rows_allowed = false;
-  const FwdKernel without_groups = plan_and_load();
-  log_plan(kind.fwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_FORWARD_PLAN" : nullptr,
-           spec.plan_override.group_rows);
-  memo.put(key, without_groups);
+  log_and_memoize(plan_without_groups(
+      "cooperative", "in place, rows of N=" + std::to_string(a.shape.n) + " planned as " + plan.str() + " launch " +
+                         std::to_string(cfg.grid.x) +
+                         " CTAs cooperatively, which the driver refused as more than it holds at once"
+                         " (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)"));
   norm_fwd_cuda(a, mean, kind, device);  // finds the plan just memoized
 }
 
