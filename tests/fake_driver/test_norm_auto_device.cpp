@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normkit/norm/rmsnorm.hpp"
@@ -20,6 +23,29 @@ using namespace normkit::norm;
 namespace {
 
 constexpr std::int64_t kRows = 8, kN = 1024;
+
+// Sets environment variables (the fake driver's and normkit's) and reloads the runtime's
+// configuration for a scope; unsets them and reloads again at its end, failed
+// assertions included.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      setenv(name, value, 1);
+      names_.push_back(name);
+    }
+    normkit::rt::Runtime::instance().reload_config();
+  }
+  ~ScopedEnv() {
+    for (const char* name : names_) unsetenv(name);
+    normkit::rt::Runtime::instance().reload_config();
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<const char*> names_;
+};
 
 class NormAutoDevice : public ::testing::Test {
  protected:
@@ -41,6 +67,20 @@ class NormAutoDevice : public ::testing::Test {
     a.out = Rows::strided(out, DType::kFloat32, kN);
     a.weight = {w, DType::kFloat32};
     a.rstd = rstd;
+    return a;
+  }
+  // fp32 rows with a residual at N=262144, which sm_90 plans as grouped rows; in place:
+  // out over x and residual_out over the residual (the fused add).
+  RmsNormFwdArgs grouped_fused_add(bool in_place) {
+    constexpr std::int64_t rows = 64, n = 262144;
+    RmsNormFwdArgs a;
+    a.shape = {rows, n, 0};
+    a.x = Rows::strided(on(0, 0), DType::kFloat32, n);
+    a.residual = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
+    a.out = in_place ? a.x : Rows::strided(on(0, 256ull << 20), DType::kFloat32, n);
+    a.residual_out = in_place ? a.residual : Rows::strided(on(0, 384ull << 20), DType::kFloat32, n);
+    a.weight = {on(0, 512ull << 20), DType::kFloat32};
+    a.device = Device::cuda(0);
     return a;
   }
   static std::string error_of(const RmsNormFwdArgs& a) {
@@ -255,51 +295,26 @@ TEST_F(NormAutoDevice, GroupedBackwardGridAndSlots) {
 // cooperative). The forward's grouped rows take their slots from a memory pool
 // (FAKE_CUDA_MEMORY_POOLS=1).
 TEST_F(NormAutoDevice, InPlaceGroupedRowsLaunchCooperatively) {
-  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
-  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
-  normkit::rt::Runtime::instance().reload_config();
-  constexpr std::int64_t rows = 64, n = 262144;
-  auto args = [&](bool in_place) {
-    RmsNormFwdArgs a;
-    a.shape = {rows, n, 0};
-    a.x = Rows::strided(on(0, 0), DType::kFloat32, n);
-    a.residual = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
-    a.out = in_place ? a.x : Rows::strided(on(0, 256ull << 20), DType::kFloat32, n);
-    a.residual_out = in_place ? a.residual : Rows::strided(on(0, 384ull << 20), DType::kFloat32, n);
-    a.weight = {on(0, 512ull << 20), DType::kFloat32};
-    a.device = Device::cuda(0);
-    return a;
-  };
+  const ScopedEnv env{{"FAKE_CUDA_MEMORY_POOLS", "1"}, {"FAKE_CUDA_BLOCKS_PER_SM", "2"}};
   unsigned grid = 0, cluster = 0;
   int pdl = -1, device = -1;
   for (const bool in_place : {false, true}) {
-    rmsnorm_fwd(args(in_place));
+    rmsnorm_fwd(grouped_fused_add(in_place));
     probe_.last_launch(&grid, &cluster, &pdl, &device);
     EXPECT_EQ(probe_.last_launch_cooperative(), in_place ? 1 : 0) << in_place;
     EXPECT_EQ(pdl, in_place ? 0 : 1) << in_place;
     EXPECT_EQ(cluster, 0u) << in_place;
     EXPECT_EQ(grid % 128, 0u) << "whole groups of the row's slices, in place " << in_place;
   }
-  unsetenv("FAKE_CUDA_MEMORY_POOLS");
-  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
-  normkit::rt::Runtime::instance().reload_config();
 }
 
 // A driver that holds fewer CTAs at once than the occupancy said (a process given part
 // of the SMs, as under MPS) refuses the in-place grouped rows' cooperative grid: the
 // call then runs without grouped rows, says so once, and later calls go there directly.
 TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
-  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
-  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
-  setenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS", "64", 1);
-  normkit::rt::Runtime::instance().reload_config();
-  constexpr std::int64_t rows = 64, n = 262144;
-  RmsNormFwdArgs a;
-  a.shape = {rows, n, 0};
-  a.x = a.out = Rows::strided(on(0, 0), DType::kFloat32, n);
-  a.residual = a.residual_out = Rows::strided(on(0, 128ull << 20), DType::kFloat32, n);
-  a.weight = {on(0, 512ull << 20), DType::kFloat32};
-  a.device = Device::cuda(0);
+  const ScopedEnv env{
+      {"FAKE_CUDA_MEMORY_POOLS", "1"}, {"FAKE_CUDA_BLOCKS_PER_SM", "2"}, {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", "64"}};
+  const RmsNormFwdArgs a = grouped_fused_add(true);
   unsigned grid = 0, cluster = 0;
   int pdl = -1, device = -1;
   for (int call = 0; call < 2; ++call) {
@@ -314,10 +329,6 @@ TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
                         log.find("planned without grouped rows") != std::string::npos;
     EXPECT_EQ(warned, call == 0) << "call " << call << ": " << log;
   }
-  unsetenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS");
-  unsetenv("FAKE_CUDA_MEMORY_POOLS");
-  unsetenv("FAKE_CUDA_BLOCKS_PER_SM");
-  normkit::rt::Runtime::instance().reload_config();
 }
 
 // An MPS client limited to fewer SMs than the device has: the context's SM-count affinity
@@ -325,27 +336,14 @@ TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
 // SMs their cooperative grid fits the driver's limit; on 32 the plan leaves the grouping
 // out before launching (a refused launch would come too late under graph capture).
 namespace {
-void run_in_place_rows_on_context_sms(nktest::FakeProbe& probe, void* base, const char* context_sms,
-                                      const char* max_ctas, int expect_cooperative) {
-  setenv("FAKE_CUDA_CONTEXT_SMS", context_sms, 1);
-  setenv("FAKE_CUDA_MEMORY_POOLS", "1", 1);
-  setenv("FAKE_CUDA_BLOCKS_PER_SM", "2", 1);
-  setenv("FAKE_CUDA_COOPERATIVE_MAX_CTAS", max_ctas, 1);
-  normkit::rt::Runtime::instance().reload_config();
+void expect_in_place_rows_on_context_sms(const nktest::FakeProbe& probe, const RmsNormFwdArgs& a,
+                                         const char* context_sms, const char* max_ctas, int expect_cooperative) {
   ::testing::internal::CaptureStderr();
   const normkit::rt::DeviceInfo info = normkit::rt::Runtime::instance().device_info(0);
   const std::string info_log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(info.sm_count, std::atoi(context_sms));
   EXPECT_EQ(info.device_sm_count, 132);
   EXPECT_NE(info_log.find(std::string("may use ") + context_sms + " of its 132 SMs"), std::string::npos) << info_log;
-  constexpr std::int64_t rows = 64, n = 262144;
-  char* at = static_cast<char*>(base);
-  RmsNormFwdArgs a;
-  a.shape = {rows, n, 0};
-  a.x = a.out = Rows::strided(at, DType::kFloat32, n);
-  a.residual = a.residual_out = Rows::strided(at + (128ull << 20), DType::kFloat32, n);
-  a.weight = {at + (512ull << 20), DType::kFloat32};
-  a.device = Device::cuda(0);
   const long before = probe.launches(0);
   ::testing::internal::CaptureStderr();
   rmsnorm_fwd(a);
@@ -358,19 +356,23 @@ void run_in_place_rows_on_context_sms(nktest::FakeProbe& probe, void* base, cons
   if (expect_cooperative) EXPECT_LE(grid, static_cast<unsigned>(std::atoi(max_ctas)));
   EXPECT_EQ(log.find("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"), std::string::npos) << log;
   EXPECT_EQ(log.find("more than this device holds") != std::string::npos, expect_cooperative == 0) << log;
-  for (const char* name : {"FAKE_CUDA_CONTEXT_SMS", "FAKE_CUDA_COOPERATIVE_MAX_CTAS", "FAKE_CUDA_MEMORY_POOLS",
-                           "FAKE_CUDA_BLOCKS_PER_SM"})
-    unsetenv(name);
-  normkit::rt::Runtime::instance().reload_config();
 }
 }  // namespace
 
 TEST_F(NormAutoDevice, ContextSmLimitSizesTheCooperativeGrid) {
-  run_in_place_rows_on_context_sms(probe_, on(0, 0), "64", "128", 1);
+  const ScopedEnv env{{"FAKE_CUDA_CONTEXT_SMS", "64"},
+                      {"FAKE_CUDA_MEMORY_POOLS", "1"},
+                      {"FAKE_CUDA_BLOCKS_PER_SM", "2"},
+                      {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", "128"}};
+  expect_in_place_rows_on_context_sms(probe_, grouped_fused_add(true), "64", "128", 1);
 }
 
 TEST_F(NormAutoDevice, ContextSmLimitTooSmallForTheGroupPlansWithoutIt) {
-  run_in_place_rows_on_context_sms(probe_, on(0, 0), "32", "64", 0);
+  const ScopedEnv env{{"FAKE_CUDA_CONTEXT_SMS", "32"},
+                      {"FAKE_CUDA_MEMORY_POOLS", "1"},
+                      {"FAKE_CUDA_BLOCKS_PER_SM", "2"},
+                      {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", "64"}};
+  expect_in_place_rows_on_context_sms(probe_, grouped_fused_add(true), "32", "64", 0);
 }
 
 // Without the query (a GPU not under MPS) the device's count stands.
