@@ -338,6 +338,10 @@ TEST_F(NormAutoDevice, RefusedCooperativeInPlaceRowsFallBackWithAWarning) {
 namespace {
 void expect_in_place_rows_on_context_sms(const nktest::FakeProbe& probe, const RmsNormFwdArgs& a,
                                          const char* context_sms, const char* max_ctas, int expect_cooperative) {
+  const ScopedEnv env{{"FAKE_CUDA_CONTEXT_SMS", context_sms},
+                      {"FAKE_CUDA_MEMORY_POOLS", "1"},
+                      {"FAKE_CUDA_BLOCKS_PER_SM", "2"},
+                      {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", max_ctas}};
   ::testing::internal::CaptureStderr();
   const normkit::rt::DeviceInfo info = normkit::rt::Runtime::instance().device_info(0);
   const std::string info_log = ::testing::internal::GetCapturedStderr();
@@ -360,18 +364,10 @@ void expect_in_place_rows_on_context_sms(const nktest::FakeProbe& probe, const R
 }  // namespace
 
 TEST_F(NormAutoDevice, ContextSmLimitSizesTheCooperativeGrid) {
-  const ScopedEnv env{{"FAKE_CUDA_CONTEXT_SMS", "64"},
-                      {"FAKE_CUDA_MEMORY_POOLS", "1"},
-                      {"FAKE_CUDA_BLOCKS_PER_SM", "2"},
-                      {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", "128"}};
   expect_in_place_rows_on_context_sms(probe_, grouped_fused_add(true), "64", "128", 1);
 }
 
 TEST_F(NormAutoDevice, ContextSmLimitTooSmallForTheGroupPlansWithoutIt) {
-  const ScopedEnv env{{"FAKE_CUDA_CONTEXT_SMS", "32"},
-                      {"FAKE_CUDA_MEMORY_POOLS", "1"},
-                      {"FAKE_CUDA_BLOCKS_PER_SM", "2"},
-                      {"FAKE_CUDA_COOPERATIVE_MAX_CTAS", "64"}};
   expect_in_place_rows_on_context_sms(probe_, grouped_fused_add(true), "32", "64", 0);
 }
 
