@@ -118,8 +118,9 @@ bool use_pdl(rt::Runtime& runtime, int device) {
 FwdKernel load_fwd(rt::Runtime& runtime, const RmsFwdSpec& spec, int device, rt::Stream stream) {
   FwdKernel k{spec.plan, runtime.get(fwd_source(spec), device, stream), 0, use_pdl(runtime, device)};
   if (spec.plan.prefetch || spec.plan.bulk_stages)
-    k.resident_groups = resident_groups(runtime, k.kernel, spec.plan,
-                                        spec.plan.params_smem || spec.plan.bulk_stages ? spec.plan.smem_bytes : 0);
+    k.resident_groups =
+        resident_groups(runtime, k.kernel, spec.plan,
+                        spec.plan.params_smem || spec.plan.bulk_stages || spec.plan.sm_ctas ? spec.plan.smem_bytes : 0);
   return k;
 }
 }  // namespace
@@ -234,7 +235,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   cfg.grid.x = checked_grid(groups * ctas_per_group, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
   if (plan.cluster > 1) cfg.cluster = {static_cast<unsigned>(plan.cluster), 1, 1};
-  if (plan.params_smem || plan.smem_row || plan.bulk_stages || plan.group_stages)
+  if (plan.params_smem || plan.smem_row || plan.bulk_stages || plan.group_stages || plan.sm_ctas)
     cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.cooperative = plan.group_stages > 0 && spec.in_place;

@@ -66,7 +66,7 @@ std::string RowPlan::str() const {
          (dro_direct ? " dro_direct" : "") + (evict_first ? " evict_first" : "") +
          (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
          (group_stages ? " group=" + std::to_string(group_stages) + " items=" + std::to_string(split_items) : "") +
-         " minb=" + std::to_string(min_blocks);
+         (sm_ctas ? " occ=" + std::to_string(sm_ctas) : "") + " minb=" + std::to_string(min_blocks);
 }
 
 int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, bool outer_used, std::int64_t stride_inner,
@@ -613,6 +613,10 @@ RowPlan plan_rows(const RowPlanInputs& given) {
       with_bulk_backward_rows(with_bulk_rows(with_l2_next(with_weight_smem(with_smem_row(p, in), in), in), in), in),
       in);
   planned.evict_first = evict_first_measured(planned, given);
+  if (in.forced_sm_ctas && !in.backward) {
+    planned.sm_ctas = in.forced_sm_ctas;
+    planned.smem_bytes = std::max(planned.smem_bytes, sm_ctas_smem_bytes(in.forced_sm_ctas));
+  }
   return planned;
 }
 

@@ -4,6 +4,7 @@
 // host and independent of the data.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -98,6 +99,10 @@ struct RowPlan {
   // params_smem (forward): weight and bias slices in shared memory, weight_smem
   // (backward): the weight's. 0: off.
   int group_stages = 0;
+  // Forward (NORMKIT_FORWARD_PLAN's occ=): at most this many CTAs per SM, by dynamic
+  // shared memory the kernel does not use (smem_bytes raised to sm_ctas_smem_bytes), so
+  // the occupancy API, the persistent grids and the hardware all see the cap. 0: off.
+  int sm_ctas = 0;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row, weight_smem's slice or the bulk ring)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -168,6 +173,7 @@ struct RowPlanInputs {
   int forced_shared_reads = 0;  // backward: RowPlan::shared_reads asked for (1, reads=shared) or refused (-1, reads=pointer)
   int forced_dro_direct = 0;  // backward: RowPlan::dro_direct asked for (1, dro=direct) or refused (-1, dro=stage)
   bool forced_early_params = false;  // forward: RowPlan::early_params asked for in a call of many rows (early=1)
+  int forced_sm_ctas = 0;  // forward: RowPlan::sm_ctas asked for (occ=)
   bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
   bool forced_group_rows = false;  // RowPlan::group_stages asked for (row=group, or group_rows_measured)
   // RowPlan::group_stages may be planned (NORMKIT_GROUP_ROWS; the host refuses it where
@@ -190,7 +196,7 @@ struct RowPlanInputs {
     return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
            forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
            forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct ||
-           forced_early_params;
+           forced_early_params || forced_sm_ctas;
   }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
@@ -209,6 +215,15 @@ inline constexpr std::int64_t kDecodeRows = 16;
 // part (static shared memory and the 1 KB the driver reserves).
 inline constexpr std::int64_t kSmemPerSm = 227 * 1024;
 inline constexpr std::int64_t kSmemPerCta = 2 * 1024;
+
+// Dynamic shared memory a CTA asks for so that at most `ctas` of them fit an SM: just
+// over what `ctas` + 1 could each have of the SM's (kSmemPerSm and the 1 KB the driver
+// reserves a CTA), 128-byte rounded. `ctas` CTAs still fit since each reserve and
+// static part is below that margin for ctas <= 8 (RowPlan::sm_ctas).
+inline int sm_ctas_smem_bytes(int ctas) {
+  const std::int64_t sm_bytes = kSmemPerSm + 1024;
+  return static_cast<int>(std::min<std::int64_t>(kSmemPerSm, (sm_bytes / (ctas + 1) + 128) / 128 * 128));
+}
 
 // Vectors of a row of n elements that one CTA of the plan's cluster owns (its slice).
 inline std::int64_t slice_vectors(const RowPlan& p, std::int64_t n) {

@@ -31,6 +31,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_shared_reads = o.shared_reads;
   in.forced_dro_direct = o.dro_direct;
   in.forced_early_params = o.early_params;
+  in.forced_sm_ctas = o.sm_ctas;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }

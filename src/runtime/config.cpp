@@ -84,6 +84,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "early" && !backward) {
       NK_CHECK(v == 1, variable, ": early='", value, "' is not 1 (the plans' own decide otherwise)");
       o.early_params = true;
+    } else if (key == "occ" && !backward) {
+      NK_CHECK(v >= 1 && v <= 8, variable, ": occ='", value, "' is not from 1 to 8");
+      o.sm_ctas = static_cast<int>(v);
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
@@ -99,7 +102,7 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
                backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads, with row=group dro)"
-                        : ", row, early, with row=bulk cluster and stages, with row=group stages)");
+                        : ", row, early, occ, with row=bulk cluster and stages, with row=group stages)");
     }
   }
   NK_CHECK(o.bulk_rows || o.group_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk and row=group only");

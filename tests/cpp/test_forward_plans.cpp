@@ -275,6 +275,39 @@ TEST(RmsNormPlan, ForwardEarlyParamsOverride) {
   EXPECT_FALSE(plan_fwd(wide, 8, 90).early_params);
 }
 
+// occ=: at most that many CTAs per SM, by dynamic shared memory the kernel leaves
+// unused; the rest of the plan is its own. Forward only, 1-8.
+TEST(RmsNormPlan, ForwardSmCtasOverride) {
+  EXPECT_EQ(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "occ=1").sm_ctas, 1);
+  EXPECT_TRUE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "occ=2").any());
+  for (const char* bad : {"occ=0", "occ=9", "occ=x"})
+    EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", bad), normkit::Error) << bad;
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "occ=1"), normkit::Error);
+  RmsFwdSpec f = plain_fwd_spec(16384, f32);
+  const RowPlan own = plan_fwd(f, 4, 90);
+  EXPECT_EQ(own.sm_ctas, 0) << own.str();
+  for (int occ = 1; occ <= 8; ++occ) {
+    f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "occ=" + std::to_string(occ));
+    const RowPlan capped = plan_fwd(f, 4, 90);
+    EXPECT_EQ(capped.sm_ctas, occ) << capped.str();
+    EXPECT_EQ(capped.smem_bytes, sm_ctas_smem_bytes(occ)) << capped.str();
+    EXPECT_EQ(capped.tpr, own.tpr) << capped.str();
+    EXPECT_EQ(capped.prefetch, own.prefetch) << capped.str();
+    EXPECT_NE(capped.str().find(" occ=" + std::to_string(occ)), std::string::npos) << capped.str();
+    // occ CTAs fit the SM's 228 KB with 1 KB reserved and up to 1 KB static each; occ + 1 do not.
+    const std::int64_t sm = 228 * 1024, bytes = sm_ctas_smem_bytes(occ);
+    EXPECT_LE(occ * (bytes + 2048), sm) << occ;
+    EXPECT_GT((occ + 1) * (bytes + 1024), sm) << occ;
+    EXPECT_EQ(bytes % 128, 0) << occ;
+  }
+  // A plan that has its own shared memory keeps the larger of the two.
+  RmsFwdSpec staged = plain_fwd_spec(16384, f32);
+  staged.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "row=smem,occ=8");
+  const RowPlan smem_row = plan_fwd(staged, 4, 90);
+  EXPECT_TRUE(smem_row.smem_row) << smem_row.str();
+  EXPECT_GE(smem_row.smem_bytes, 16384 * 4 / 2) << smem_row.str();
+}
+
 // Decode calls (few rows) at N=4096 and 8192 on sm_90 (with_decode_rows): 16-bit
 // N=4096 rows over 256 threads of two vectors; fp32 rows and N=8192 over a cluster
 // of CTAs of two vectors a thread (a row's slice of RMSNorm 128 threads, two rows'

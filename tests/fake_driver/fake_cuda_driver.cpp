@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <elf.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,7 @@ struct LastLaunch {
   unsigned grid = 0, block = 0, cluster = 0;
   int pdl = 0;
   int cooperative = 0;
+  unsigned shared_bytes = 0;  // dynamic shared memory a CTA
   unsigned long long stream = 0;
   int device = -1;
 };
@@ -84,6 +86,10 @@ void fake_cuda_last_launch(unsigned* grid, unsigned* cluster, int* pdl, int* dev
 int fake_cuda_last_launch_cooperative() {
   std::lock_guard<std::mutex> lock(g_last_mutex);
   return g_last.cooperative;
+}
+unsigned fake_cuda_last_launch_shared_bytes() {
+  std::lock_guard<std::mutex> lock(g_last_mutex);
+  return g_last.shared_bytes;
 }
 unsigned long long fake_cuda_device_pointer(int device, unsigned long long offset) {
   return kFakeBase + device * kDeviceSpan + offset;
@@ -199,12 +205,14 @@ CUresult CUDAAPI cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) 
   *v = a == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES && local ? std::atoi(local) : 0;
   return CUDA_SUCCESS;
 }
-// Occupancy: FAKE_CUDA_BLOCKS_PER_SM CTAs per SM (default 1); clusters: the fake
+// Occupancy: FAKE_CUDA_BLOCKS_PER_SM CTAs per SM (default 1), at most as many as an
+// sm_90 SM's 228 KB of shared memory holds with 1 KB reserved a CTA; clusters: the fake
 // device's 132 SMs / CTAs per cluster, less FAKE_CUDA_CLUSTER_SHORTFALL clusters
 // (the GPC remainder a real GPU leaves: 30 clusters of 4 on an H200, not 33).
-CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction, int, size_t) {
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction, int, size_t shared_bytes) {
   const char* v = std::getenv("FAKE_CUDA_BLOCKS_PER_SM");
-  *n = v ? std::atoi(v) : 1;
+  const int by_shared = static_cast<int>(228 * 1024 / (shared_bytes + 1024));
+  *n = std::min(v ? std::atoi(v) : 1, by_shared);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* n, CUfunction, const CUlaunchConfig* cfg) {
@@ -223,6 +231,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void*
   LastLaunch last;
   last.grid = cfg->gridDimX;
   last.block = cfg->blockDimX;
+  last.shared_bytes = cfg->sharedMemBytes;
   last.stream = reinterpret_cast<unsigned long long>(cfg->hStream);
   last.device = device;
   for (unsigned i = 0; i < cfg->numAttrs; ++i) {

@@ -169,6 +169,40 @@ TEST_F(NormAutoDevice, PipelinedForwardGridIsWhatTheDeviceHoldsAtOnce) {
   unsetenv("FAKE_CUDA_CLUSTER_SHORTFALL");
 }
 
+// NORMKIT_FORWARD_PLAN's occ=: the kernel asks for enough dynamic shared memory that
+// at most occ= CTAs share an SM (the plan without it asks for none): fp32 rows of
+// N=16384, one 512-thread CTA a row, keep their grid of one CTA a row; the pipelined
+// bf16 rows of N=32768 without a weight (1024 threads, persistent) launch occ= CTAs an
+// SM, not the driver's four.
+TEST_F(NormAutoDevice, ForwardSmCtasCapOccupancyAndGrid) {
+  auto args = [&](std::int64_t rows, std::int64_t n, DType dtype, bool weight) {
+    RmsNormFwdArgs a;
+    a.shape = {rows, n, 0};
+    a.x = Rows::strided(on(0, 0), dtype, n);
+    a.out = Rows::strided(on(0, 1ULL << 30), dtype, n);
+    if (weight) a.weight = {on(0, 2ULL << 30), dtype};
+    return a;
+  };
+  unsigned grid = 0, cluster = 0;
+  int pdl = 0, device = -1;
+  for (const int occ : {0, 1, 2}) {
+    const std::string plan = occ ? "occ=" + std::to_string(occ) : "";
+    ScopedEnv env{{"FAKE_CUDA_BLOCKS_PER_SM", "4"}, {"NORMKIT_FORWARD_PLAN", plan.c_str()}};
+    rmsnorm_fwd(args(4096, 16384, DType::kFloat32, true));
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    const unsigned shared = probe_.last_launch_shared_bytes();
+    EXPECT_EQ(grid, 4096u) << plan;
+    if (occ == 0) EXPECT_EQ(shared, 0u);
+    // occ CTAs fit an SM's 228 KB with their 1 KB reserves; occ + 1 do not.
+    if (occ) EXPECT_LE(occ * (shared + 2048), 228u * 1024) << plan;
+    if (occ) EXPECT_GT((occ + 1) * (shared + 1024), 228u * 1024) << plan;
+    rmsnorm_fwd(args(4096, 32768, DType::kBFloat16, false));
+    probe_.last_launch(&grid, &cluster, &pdl, &device);
+    EXPECT_EQ(grid, 132u * (occ ? occ : 4)) << plan;
+    EXPECT_EQ(probe_.last_launch_shared_bytes(), occ ? shared : 0u) << plan;
+  }
+}
+
 // NORMKIT_SMEM_SUMS: the backward's shared-memory sums are planned by default
 // and not under NORMKIT_SMEM_SUMS=0; a value that is not a switch is refused.
 TEST_F(NormAutoDevice, SmemSumsSwitchReachesThePlan) {
