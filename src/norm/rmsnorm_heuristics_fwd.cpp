@@ -103,12 +103,14 @@
 namespace normkit::norm::detail {
 namespace {
 
-// A measured shape (elements a thread, most threads a CTA, CTAs per SM; zero: plan_rows'
-// own), or all zeros where none was measured.
+// A measured shape (elements a thread, most threads a CTA, CTAs per SM the registers
+// are capped for, CTAs per SM at most (RowPlan::sm_ctas); zero: plan_rows' own), or all
+// zeros where none was measured.
 struct MeasuredShape {
   int elems = 0;
   int cta = 0;
   int min_blocks = 0;
+  int sm_ctas = 0;
   bool measured() const { return elems != 0 || cta != 0; }
 };
 // Long rows' measured shape.
@@ -162,12 +164,28 @@ MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
 // pipeline the same). In the H100 sweep at a63b300 (docs/perf/h200-2026-12-07f.md):
 // LayerNorm bf16 N=4096 0.996 (Liger 0.997, within the spreads), RMSNorm bf16 N=32768
 // 0.982 (Liger 0.981). The measured N only (the sweep's powers of two).
+// Then the three rows Liger still led beyond the spreads in the H100 sweep at a76ccc5
+// (docs/perf/h200-2026-12-07h.md): Liger's kernels there, compiled offline, hold fewer
+// CTAs an SM than ours. Two runs each in one call at c67ae62, ratio to copy, own ->
+// measured (Liger in the same call): RMSNorm fp32 N=16384 one 1024-thread CTA a row
+// (ept=16,cta=1024; one an SM) 0.990 -> 0.998 (0.999); at 512 threads two CTAs an SM
+// by occ= the same as own, one 0.945; RMSNorm fp32 N=8192 at most two 512-thread CTAs
+// an SM (occ=2; the registers allow three) 0.992 -> 1.001 (0.997), with a residual
+// 0.986 -> 0.994 (0.994), N=4096 with one 0.991 -> 0.994. Slower: occ=2 for bf16 rows
+// at N=4096-8192 (1.005 -> 0.935), occ=2 or one 1024-thread CTA with a residual at
+// N=16384 (0.995 -> 0.950 / 0.996); LayerNorm fp32 N=16384 under every variant tried
+// (0.986; occ=1-3, ept=8-64, row=smem: 0.739-0.982).
 MeasuredShape measured_slower_memory_rows(const RowPlanInputs& in) {
   if (!in.slower_memory()) return {};
   const std::int64_t n = in.n;
   if (in.x_bytes == 4 && !in.center && in.residual) {
-    if (n == 2048 || n == 4096 || n == 8192) return {static_cast<int>(n / 512), 0, 0};
+    if (n == 4096 || n == 8192) return {static_cast<int>(n / 512), 0, 0, 2};
+    if (n == 2048) return {static_cast<int>(n / 512), 0, 0};
     if (n == 256) return {2, 0, 0};
+  }
+  if (in.x_bytes == 4 && !in.center && !in.residual) {
+    if (n == 8192) return {16, 0, 0, 2};
+    if (n == 16384) return {16, 1024, 0};
   }
   if (in.x_bytes == 2 && !in.center && !in.residual && n == 256) return {8, 0, 0};
   if (in.x_bytes == 2 && !in.center && !in.residual && n == 32768) return {32, 1024, 0};
@@ -214,6 +232,7 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
     out.forced_elems_per_thread = shape.elems;
     out.forced_cta_threads = shape.cta;
     out.forced_min_blocks = shape.min_blocks;
+    out.forced_sm_ctas = shape.sm_ctas;
     return out;
   }
   const int elems = measured_forward_elems(in);

@@ -31,11 +31,13 @@ std::string bwd_kernel(RmsBwdSpec s, int gbps, const std::string& override_text 
   s.plan = plan_bwd(s, 8, 90);
   return bwd_source(s).template_args;
 }
+// The forward's instantiation and its launch (RowPlan::sm_ctas is the launch's alone).
 std::string fwd_kernel(RmsFwdSpec s, int gbps, const std::string& override_text = "") {
   s.memory_gbps = gbps;
   if (!override_text.empty()) s.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", override_text);
   s.plan = plan_fwd(s, 8, 90);
-  return fwd_source(s).template_args;
+  return fwd_source(s).template_args + " sm_ctas=" + std::to_string(s.plan.sm_ctas) +
+         " smem=" + std::to_string(s.plan.smem_bytes);
 }
 }  // namespace
 
@@ -137,8 +139,8 @@ TEST(MemoryClass, Fp32ForwardRows) {
 }
 
 // The forward rows where Liger-Kernel had led on the H100 (measured_slower_memory_rows):
-// the H100's class takes the measured NORMKIT_FORWARD_PLAN, the H200's class keeps its
-// own, and the N beside them (not measured) keep theirs.
+// the H100's class takes the measured NORMKIT_FORWARD_PLAN (CTAs an SM included), the
+// H200's class keeps its own, and the N beside them (not measured) keep theirs.
 TEST(MemoryClass, ForwardRowsLigerLed) {
   struct Row {
     RmsFwdSpec spec;
@@ -146,8 +148,10 @@ TEST(MemoryClass, ForwardRowsLigerLed) {
   };
   for (const Row& r : {Row{norm_fwd_spec(256, f32, f32, false, f32, false), "ept=2"},
                        Row{norm_fwd_spec(2048, f32, f32, false, f32, false), "ept=4"},
-                       Row{norm_fwd_spec(4096, f32, f32, false, f32, false), "ept=8"},
-                       Row{norm_fwd_spec(8192, f32, f32, false, f32, false), "ept=16"},
+                       Row{norm_fwd_spec(4096, f32, f32, false, f32, false), "ept=8,occ=2"},
+                       Row{norm_fwd_spec(8192, f32, f32, false, f32, false), "ept=16,occ=2"},
+                       Row{norm_fwd_spec(8192, f32, f32, false, std::nullopt, false), "ept=16,occ=2"},
+                       Row{norm_fwd_spec(16384, f32, f32, false, std::nullopt, false), "ept=16,cta=1024"},
                        Row{norm_fwd_spec(256, bf16, bf16, false, std::nullopt, false), "ept=8"},
                        Row{norm_fwd_spec(16384, f32, f32, true, std::nullopt, false), "cta=256"},
                        Row{norm_fwd_spec(32768, bf16, bf16, false, std::nullopt, false), "ept=32,cta=1024"},

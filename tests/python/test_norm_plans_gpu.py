@@ -176,9 +176,10 @@ def test_sixteen_bit_backward_rows_of_32_columns(xdt, wdt, n, with_res, smem_sum
 
 # NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;
 # 16 elements a thread over 8 of them, or for fp32 rows the two-pass kernel; the
-# pipeline off, on rows without weight or bias, where bf16 takes it) compute what the
-# planned kernels do, within the same tolerance of the float64 reference.
-@pytest.mark.parametrize("override", ["cta=512", "ept=16,cta=512,minb=2", "prefetch=0"])
+# pipeline off, on rows without weight or bias, where bf16 takes it; one CTA an SM by
+# unused shared memory beside the kernels' own) compute what the planned kernels do,
+# within the same tolerance of the float64 reference.
+@pytest.mark.parametrize("override", ["cta=512", "ept=16,cta=512,minb=2", "prefetch=0", "occ=1"])
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("xdt,m,n", [(BF16, 20, 65536), (FP32, 9, 131072)], ids=["bf16-N65536", "fp32-N131072"])
 def test_forward_plan_override(override, op, xdt, m, n):
@@ -347,8 +348,10 @@ _MEASURED_FORWARD = [
     (True, FP32, False, 32768), (True, FP32, False, 65536), (True, FP32, False, 131072), (True, FP32, True, 32768),
     (False, FP32, True, 32768), (False, FP32, True, 65536), (False, FP32, False, 65536), (False, FP32, False, 131072),
     # the rows Liger-Kernel had led on the H100 (measured_slower_memory_rows): more
-    # threads a row there, 256-thread CTAs for LayerNorm fp32 N=16384
+    # threads a row there, 256-thread CTAs for LayerNorm fp32 N=16384, RMSNorm fp32 at
+    # N=4096-8192 two CTAs an SM at most (RowPlan::sm_ctas), at N=16384 1024 threads a row
     (False, FP32, True, 256), (False, FP32, True, 2048), (False, FP32, True, 4096), (False, FP32, True, 8192),
+    (False, FP32, False, 16384),
     (False, BF16, False, 256), (True, FP32, False, 16384), (False, BF16, False, 32768), (True, BF16, False, 4096),
 ]
 
