@@ -111,7 +111,7 @@ struct MeasuredShape {
   int cta = 0;
   int min_blocks = 0;
   int sm_ctas = 0;
-  bool measured() const { return elems != 0 || cta != 0; }
+  bool measured() const { return elems != 0 || cta != 0 || sm_ctas != 0; }
 };
 // Long rows' measured shape.
 MeasuredShape measured_long_rows(const RowPlanInputs& in) {
@@ -171,7 +171,9 @@ MeasuredShape measured_short_fp32_rows(const RowPlanInputs& in) {
 // (ept=16,cta=1024; one an SM) 0.990 -> 0.998 (0.999); at 512 threads two CTAs an SM
 // by occ= the same as own, one 0.945; RMSNorm fp32 N=8192 at most two 512-thread CTAs
 // an SM (occ=2; the registers allow three) 0.992 -> 1.001 (0.997), with a residual
-// 0.986 -> 0.994 (0.994), N=4096 with one 0.991 -> 0.994. Slower: occ=2 for bf16 rows
+// 0.986 -> 0.994 (0.994), N=4096 with one 0.991 -> 0.994; N=2048 (own: 64-thread rows,
+// four 256-thread CTAs an SM) at two CTAs an SM 0.991 -> 0.995 at 6be8db0 (Liger 0.993-0.994
+// in two calls before; four CTAs 0.986). Slower: occ=2 for bf16 rows
 // at N=4096-8192 (1.005 -> 0.935), occ=2 or one 1024-thread CTA with a residual at
 // N=16384 (0.995 -> 0.950 / 0.996); LayerNorm fp32 N=16384 under every variant tried
 // (0.986; occ=1-3, ept=8-64, row=smem: 0.739-0.982).
@@ -184,6 +186,7 @@ MeasuredShape measured_slower_memory_rows(const RowPlanInputs& in) {
     if (n == 256) return {2, 0, 0};
   }
   if (in.x_bytes == 4 && !in.center && !in.residual) {
+    if (n == 2048) return {0, 0, 0, 2};
     if (n == 8192) return {16, 0, 0, 2};
     if (n == 16384) return {16, 1024, 0};
   }

@@ -150,6 +150,7 @@ TEST(MemoryClass, ForwardRowsLigerLed) {
                        Row{norm_fwd_spec(2048, f32, f32, false, f32, false), "ept=4"},
                        Row{norm_fwd_spec(4096, f32, f32, false, f32, false), "ept=8,occ=2"},
                        Row{norm_fwd_spec(8192, f32, f32, false, f32, false), "ept=16,occ=2"},
+                       Row{norm_fwd_spec(2048, f32, f32, false, std::nullopt, false), "occ=2"},
                        Row{norm_fwd_spec(8192, f32, f32, false, std::nullopt, false), "ept=16,occ=2"},
                        Row{norm_fwd_spec(16384, f32, f32, false, std::nullopt, false), "ept=16,cta=1024"},
                        Row{norm_fwd_spec(256, bf16, bf16, false, std::nullopt, false), "ept=8"},

@@ -349,9 +349,9 @@ _MEASURED_FORWARD = [
     (False, FP32, True, 32768), (False, FP32, True, 65536), (False, FP32, False, 65536), (False, FP32, False, 131072),
     # the rows Liger-Kernel had led on the H100 (measured_slower_memory_rows): more
     # threads a row there, 256-thread CTAs for LayerNorm fp32 N=16384, RMSNorm fp32 at
-    # N=4096-8192 two CTAs an SM at most (RowPlan::sm_ctas), at N=16384 1024 threads a row
+    # N=2048-8192 two CTAs an SM at most (RowPlan::sm_ctas), at N=16384 1024 threads a row
     (False, FP32, True, 256), (False, FP32, True, 2048), (False, FP32, True, 4096), (False, FP32, True, 8192),
-    (False, FP32, False, 16384),
+    (False, FP32, False, 2048), (False, FP32, False, 16384),
     (False, BF16, False, 256), (True, FP32, False, 16384), (False, BF16, False, 32768), (True, BF16, False, 4096),
 ]
 
