@@ -231,6 +231,9 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   // device holds at once, each taking every resident_groups-th group of rows.
   std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
   if (plan.prefetch || plan.bulk_stages || plan.group_stages) groups = std::min(groups, found->resident_groups);
+  // The occupancy API does not see a launch's carveout (RowPlan::carveout_percent): the cap itself.
+  if (plan.sm_ctas && (plan.prefetch || plan.bulk_stages))
+    groups = std::min<std::int64_t>(groups, std::int64_t{runtime.device_info(device).sm_count} * plan.sm_ctas / plan.cluster);
   const std::int64_t ctas_per_group = plan.group_stages ? group_slices(plan, a.shape.n) : plan.cluster;
   cfg.grid.x = checked_grid(groups * ctas_per_group, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
@@ -239,6 +242,7 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
     cfg.shared_bytes = static_cast<unsigned>(plan.smem_bytes);
   cfg.stream = a.stream;
   cfg.cooperative = plan.group_stages > 0 && spec.in_place;
+  cfg.carveout_percent = plan.carveout_percent;
   cfg.pdl = found->pdl && !cfg.cooperative;
   void* args[] = {&p};
   if (!plan.group_stages) {

@@ -66,7 +66,9 @@ std::string RowPlan::str() const {
          (dro_direct ? " dro_direct" : "") + (evict_first ? " evict_first" : "") +
          (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
          (group_stages ? " group=" + std::to_string(group_stages) + " items=" + std::to_string(split_items) : "") +
-         (sm_ctas ? " occ=" + std::to_string(sm_ctas) : "") + " minb=" + std::to_string(min_blocks);
+         (sm_ctas ? " occ=" + std::to_string(sm_ctas) : "") +
+         (carveout_percent >= 0 ? " carveout=" + std::to_string(carveout_percent) + "%" : "") +
+         " minb=" + std::to_string(min_blocks);
 }
 
 int max_vec_for(const void* data, int elem_bytes, std::int64_t stride_outer, bool outer_used, std::int64_t stride_inner,
@@ -615,7 +617,13 @@ RowPlan plan_rows(const RowPlanInputs& given) {
   planned.evict_first = evict_first_measured(planned, given);
   if (in.forced_sm_ctas && !in.backward) {
     planned.sm_ctas = in.forced_sm_ctas;
-    planned.smem_bytes = std::max(planned.smem_bytes, sm_ctas_smem_bytes(in.forced_sm_ctas));
+    if (in.forced_l1_max && in.arch == 90) {
+      const CarveoutShare share = sm_ctas_in_carveout(in.forced_sm_ctas, planned.smem_bytes);
+      planned.carveout_percent = share.carveout_percent;
+      planned.smem_bytes = share.smem_bytes;
+    } else {
+      planned.smem_bytes = std::max(planned.smem_bytes, sm_ctas_smem_bytes(in.forced_sm_ctas));
+    }
   }
   return planned;
 }

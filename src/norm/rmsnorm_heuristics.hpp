@@ -103,6 +103,10 @@ struct RowPlan {
   // shared memory the kernel does not use (smem_bytes raised to sm_ctas_smem_bytes), so
   // the occupancy API, the persistent grids and the hardware all see the cap. 0: off.
   int sm_ctas = 0;
+  // With sm_ctas under NORMKIT_FORWARD_PLAN's l1=max: the launch's preferred shared-memory
+  // carveout (LaunchConfig::carveout_percent), the smallest that holds sm_ctas CTAs, and
+  // smem_bytes padded against it rather than the whole SM, so L1 keeps the rest. -1: none.
+  int carveout_percent = -1;
   int smem_bytes = 0;  // dynamic shared memory per CTA (the stash, the smem_sums, params_smem's parameters, smem_row's row, weight_smem's slice or the bulk ring)
   int min_blocks = 1;  // __launch_bounds__ minimum CTAs per SM (caps registers)
   int threads() const { return tpr * rows; }
@@ -174,6 +178,7 @@ struct RowPlanInputs {
   int forced_dro_direct = 0;  // backward: RowPlan::dro_direct asked for (1, dro=direct) or refused (-1, dro=stage)
   bool forced_early_params = false;  // forward: RowPlan::early_params asked for in a call of many rows (early=1)
   int forced_sm_ctas = 0;  // forward: RowPlan::sm_ctas asked for (occ=)
+  bool forced_l1_max = false;  // forward, with forced_sm_ctas: RowPlan::carveout_percent asked for (l1=max)
   bool forced_bulk_rows = false;  // RowPlan::bulk_stages asked for (row=bulk)
   bool forced_group_rows = false;  // RowPlan::group_stages asked for (row=group, or group_rows_measured)
   // RowPlan::group_stages may be planned (NORMKIT_GROUP_ROWS; the host refuses it where
@@ -196,7 +201,7 @@ struct RowPlanInputs {
     return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
            forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
            forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct ||
-           forced_early_params || forced_sm_ctas;
+           forced_early_params || forced_sm_ctas || forced_l1_max;
   }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.
@@ -223,6 +228,29 @@ inline constexpr std::int64_t kSmemPerCta = 2 * 1024;
 inline int sm_ctas_smem_bytes(int ctas) {
   const std::int64_t sm_bytes = kSmemPerSm + 1024;
   return static_cast<int>(std::min<std::int64_t>(kSmemPerSm, (sm_bytes / (ctas + 1) + 128) / 128 * 128));
+}
+
+// The shared-memory carveouts an sm_90 SM supports, KB (the rest of its 256 KB is L1).
+inline constexpr int kSm90CarveoutsKb[] = {8, 16, 32, 64, 100, 132, 164, 196, 228};
+inline constexpr int kSm90SharedPerSmKb = 228;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+
+// RowPlan::sm_ctas within the smallest sm_90 carveout (RowPlan::carveout_percent): that
+// carveout, in percent of kSm90SharedPerSmKb rounded down (the driver rounds a
+// preference up to the next carveout it supports), and the dynamic shared memory a CTA
+// asks for, at least `own_bytes`, such that `ctas` CTAs fit the carveout with their 1 KB
+// reserve and up to 1 KB of static shared memory each and `ctas` + 1 do not.
+struct CarveoutShare {
+  int carveout_percent = -1;
+  int smem_bytes = 0;
+};
+inline CarveoutShare sm_ctas_in_carveout(int ctas, int own_bytes) {
+  for (const int kb : kSm90CarveoutsKb) {
+    const std::int64_t carveout = std::int64_t{kb} * 1024;
+    const std::int64_t pad = std::max<std::int64_t>(own_bytes, (carveout / (ctas + 1) - 1024 + 128) / 128 * 128);
+    if (ctas * (pad + 2048) <= carveout && (ctas + 1) * (pad + 1024) > carveout)
+      return {kb * 100 / kSm90SharedPerSmKb, static_cast<int>(pad)};
+  }
+  return {-1, std::max(own_bytes, sm_ctas_smem_bytes(ctas))};
 }
 
 // Vectors of a row of n elements that one CTA of the plan's cluster owns (its slice).

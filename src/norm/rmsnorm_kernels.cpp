@@ -32,6 +32,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_dro_direct = o.dro_direct;
   in.forced_early_params = o.early_params;
   in.forced_sm_ctas = o.sm_ctas;
+  in.forced_l1_max = o.l1_max;
 }
 
 const char* flag(bool b) { return b ? "true" : "false"; }

@@ -87,6 +87,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "occ" && !backward) {
       NK_CHECK(v >= 1 && v <= 8, variable, ": occ='", value, "' is not from 1 to 8");
       o.sm_ctas = static_cast<int>(v);
+    } else if (key == "l1" && !backward) {
+      NK_CHECK(value == "max", variable, ": l1='", value, "' is not max");
+      o.l1_max = true;
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
@@ -102,11 +105,12 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
                backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads, with row=group dro)"
-                        : ", row, early, occ, with row=bulk cluster and stages, with row=group stages)");
+                        : ", row, early, occ, with occ l1=max, with row=bulk cluster and stages, with row=group stages)");
     }
   }
   NK_CHECK(o.bulk_rows || o.group_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk and row=group only");
   NK_CHECK(o.group_rows || o.dro_direct == 0, variable, ": dro= applies to row=group only");
+  NK_CHECK(!o.l1_max || o.sm_ctas, variable, ": l1=max applies with occ= only");
   // The grouped ring keeps two rows between publish and normalize (kGroupLookahead).
   NK_CHECK(!o.group_rows || o.bulk_stages == 0 || o.bulk_stages >= 4, variable, ": stages='", o.bulk_stages,
            "' is below 4, the fewest row=group takes");

@@ -229,7 +229,7 @@ bool Runtime::launch_unless_cooperative_refused(const LoadedKernel& kernel, cons
   ContextGuard guard(kernel.context ? static_cast<CUcontext>(kernel.context) : impl_->context(kernel.device));
 
   NK_CHECK(!(cfg.cooperative && cfg.pdl), "launch: a cooperative launch cannot also be a programmatic dependent one");
-  CUlaunchAttribute attrs[3];
+  CUlaunchAttribute attrs[4];
   unsigned n_attrs = 0;
   const unsigned cluster_size = cfg.cluster.x * cfg.cluster.y * cfg.cluster.z;
   if (cfg.cluster.x != 0) {
@@ -247,6 +247,12 @@ bool Runtime::launch_unless_cooperative_refused(const LoadedKernel& kernel, cons
     attrs[n_attrs].value.cooperative = 1;
     ++n_attrs;
   }
+  if (cfg.carveout_percent >= 0) {
+    NK_CHECK(cfg.carveout_percent <= 100, "launch: carveout_percent ", cfg.carveout_percent, " is not from 0 to 100");
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+    attrs[n_attrs].value.sharedMemCarveout = static_cast<unsigned>(cfg.carveout_percent);
+    ++n_attrs;
+  }
   allow_dynamic_shared(kernel, cfg.shared_bytes);
   CUlaunchConfig lc = driver_launch_config(cfg, cfg.grid);
   lc.hStream = static_cast<CUstream>(cfg.stream);
@@ -258,7 +264,8 @@ bool Runtime::launch_unless_cooperative_refused(const LoadedKernel& kernel, cons
            "' (", kernel.compiled->lowered_name, ") on cuda:", kernel.device, " failed: ", d.error_text(r), " [grid ",
            cfg.grid.x, "x", cfg.grid.y, "x", cfg.grid.z, ", block ", cfg.block.x, "x", cfg.block.y, "x", cfg.block.z,
            ", shared ", cfg.shared_bytes, " B, cluster ", cfg.cluster.x, "x", cfg.cluster.y, "x", cfg.cluster.z,
-           cfg.pdl ? ", PDL" : "", cfg.cooperative ? ", cooperative" : "", "]");
+           cfg.pdl ? ", PDL" : "", cfg.cooperative ? ", cooperative" : "",
+           cfg.carveout_percent >= 0 ? ", carveout " + std::to_string(cfg.carveout_percent) + " %" : std::string(), "]");
   impl_->counters.launches++;
   return true;
 }

@@ -308,6 +308,52 @@ TEST(RmsNormPlan, ForwardSmCtasOverride) {
   EXPECT_GE(smem_row.smem_bytes, 16384 * 4 / 2) << smem_row.str();
 }
 
+// occ= with l1=max: the padding is against the smallest sm_90 carveout that holds occ=
+// CTAs (with their reserve and static part) and not occ= + 1, and the plan asks for that
+// carveout in a percent the driver rounds up to it, not past it. Only with occ=; not on
+// other archs (the whole SM's padding there).
+TEST(RmsNormPlan, ForwardSmCtasWithinTheSmallestCarveout) {
+  EXPECT_TRUE(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "occ=2,l1=max").l1_max);
+  for (const char* bad : {"l1=max", "occ=2,l1=min"})
+    EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", bad), normkit::Error) << bad;
+  EXPECT_THROW(normkit::rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "l1=max"), normkit::Error);
+  for (int occ = 1; occ <= 8; ++occ) {
+    for (const int own : {0, 20000, 60000}) {
+      const CarveoutShare share = sm_ctas_in_carveout(occ, own);
+      if (occ * (own + 2048) > 228 * 1024) {  // no carveout holds them: the whole SM's padding
+        EXPECT_EQ(share.carveout_percent, -1) << occ << " " << own;
+        continue;
+      }
+      ASSERT_GE(share.carveout_percent, 0) << occ << " " << own;
+      // The carveout the percent rounds up to: the first supported size at or above it.
+      const double asked_kb = share.carveout_percent * kSm90SharedPerSmKb / 100.0;
+      std::int64_t kb = 0;
+      for (const int c : kSm90CarveoutsKb)
+        if (kb == 0 && c >= asked_kb) kb = c;
+      const std::int64_t carveout = kb * 1024, bytes = share.smem_bytes;
+      EXPECT_GE(bytes, own) << occ;
+      EXPECT_LE(occ * (bytes + 2048), carveout) << occ << " " << own;
+      EXPECT_GT((occ + 1) * (bytes + 1024), carveout) << occ << " " << own;
+      if (bytes != own) EXPECT_EQ(bytes % 128, 0) << occ;
+      // Never more than the whole SM's padding.
+      EXPECT_LE(bytes, std::max<std::int64_t>(own, sm_ctas_smem_bytes(occ))) << occ;
+    }
+  }
+  EXPECT_EQ(sm_ctas_in_carveout(1, 0).carveout_percent, 3);  // 8 KB
+  EXPECT_EQ(sm_ctas_in_carveout(4, 0).carveout_percent, 14);  // 32 KB: 4 x 5 KB do not fit 16
+
+  RmsFwdSpec f = plain_fwd_spec(16384, f32);
+  f.plan_override = normkit::rt::parse_plan_override("NORMKIT_FORWARD_PLAN", "occ=2,l1=max");
+  const RowPlan capped = plan_fwd(f, 4, 90);
+  EXPECT_EQ(capped.sm_ctas, 2) << capped.str();
+  EXPECT_EQ(capped.carveout_percent, 3) << capped.str();
+  EXPECT_LT(capped.smem_bytes, 8 * 1024) << capped.str();
+  EXPECT_NE(capped.str().find(" carveout=3%"), std::string::npos) << capped.str();
+  const RowPlan other_arch = plan_fwd(f, 4, 100);
+  EXPECT_EQ(other_arch.carveout_percent, -1) << other_arch.str();
+  EXPECT_EQ(other_arch.smem_bytes, sm_ctas_smem_bytes(2)) << other_arch.str();
+}
+
 // Decode calls (few rows) at N=4096 and 8192 on sm_90 (with_decode_rows): 16-bit
 // N=4096 rows over 256 threads of two vectors; fp32 rows and N=8192 over a cluster
 // of CTAs of two vectors a thread (a row's slice of RMSNorm 128 threads, two rows'

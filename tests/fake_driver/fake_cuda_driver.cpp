@@ -50,6 +50,7 @@ struct LastLaunch {
   int pdl = 0;
   int cooperative = 0;
   unsigned shared_bytes = 0;  // dynamic shared memory a CTA
+  int carveout_percent = -1;  // CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, -1: not given
   unsigned long long stream = 0;
   int device = -1;
 };
@@ -90,6 +91,10 @@ int fake_cuda_last_launch_cooperative() {
 unsigned fake_cuda_last_launch_shared_bytes() {
   std::lock_guard<std::mutex> lock(g_last_mutex);
   return g_last.shared_bytes;
+}
+int fake_cuda_last_launch_carveout() {
+  std::lock_guard<std::mutex> lock(g_last_mutex);
+  return g_last.carveout_percent;
 }
 unsigned long long fake_cuda_device_pointer(int device, unsigned long long offset) {
   return kFakeBase + device * kDeviceSpan + offset;
@@ -238,6 +243,8 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void*
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) last.cluster = cfg->attrs[i].value.clusterDim.x;
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
       last.pdl = cfg->attrs[i].value.programmaticStreamSerializationAllowed;
+    if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)
+      last.carveout_percent = static_cast<int>(cfg->attrs[i].value.sharedMemCarveout);
     if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) last.cooperative = cfg->attrs[i].value.cooperative;
   }
   if (last.cluster > 16 || (last.cluster && last.grid % last.cluster)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;

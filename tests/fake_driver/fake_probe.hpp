@@ -18,6 +18,7 @@ struct FakeProbe {
   int (*func_attribute_calls)() = nullptr;  // cuFuncGetAttribute + cuFuncSetAttribute so far
   int (*last_launch_cooperative)() = nullptr;  // the last launch's cooperative attribute
   unsigned (*last_launch_shared_bytes)() = nullptr;  // the last launch's dynamic shared memory a CTA
+  int (*last_launch_carveout)() = nullptr;  // the last launch's preferred carveout, percent (-1: none)
 };
 
 // Fills `probe` from the fake driver the runtime opens (NORMKIT_CUDA_DRIVER_PATH,
@@ -38,9 +39,10 @@ inline void open_fake_driver(FakeProbe* probe) {
   probe->func_attribute_calls = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_func_attribute_calls"));
   probe->last_launch_cooperative = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_last_launch_cooperative"));
   probe->last_launch_shared_bytes = reinterpret_cast<unsigned (*)()>(dlsym(h, "fake_cuda_last_launch_shared_bytes"));
+  probe->last_launch_carveout = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_last_launch_carveout"));
   ASSERT_TRUE(probe->module_loads && probe->launches && probe->last_launch && probe->device_pointer &&
               probe->capturing_stream && probe->func_attribute_calls && probe->last_launch_cooperative &&
-              probe->last_launch_shared_bytes);
+              probe->last_launch_shared_bytes && probe->last_launch_carveout);
   char dir[] = "/tmp/normkit-fake-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   setenv("NORMKIT_CACHE_DIR", dir, 1);

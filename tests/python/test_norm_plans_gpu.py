@@ -177,9 +177,10 @@ def test_sixteen_bit_backward_rows_of_32_columns(xdt, wdt, n, with_res, smem_sum
 # NORMKIT_FORWARD_PLAN: plans the heuristics do not pick (clusters of 512-thread CTAs;
 # 16 elements a thread over 8 of them, or for fp32 rows the two-pass kernel; the
 # pipeline off, on rows without weight or bias, where bf16 takes it; one CTA an SM by
-# unused shared memory beside the kernels' own) compute what the planned kernels do,
+# unused shared memory beside the kernels' own, against the whole SM or within the
+# smallest carveout the launch then asks for) compute what the planned kernels do,
 # within the same tolerance of the float64 reference.
-@pytest.mark.parametrize("override", ["cta=512", "ept=16,cta=512,minb=2", "prefetch=0", "occ=1"])
+@pytest.mark.parametrize("override", ["cta=512", "ept=16,cta=512,minb=2", "prefetch=0", "occ=1", "occ=1,l1=max"])
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("xdt,m,n", [(BF16, 20, 65536), (FP32, 9, 131072)], ids=["bf16-N65536", "fp32-N131072"])
 def test_forward_plan_override(override, op, xdt, m, n):

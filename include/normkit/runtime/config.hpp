@@ -38,10 +38,11 @@ struct PlanOverride {
   int dro_direct = 0;        // dro= (backward, row=group): 1 direct (RowPlan::dro_direct), -1 stage, 0 the plan's
   bool early_params = false;  // early=1 (forward only): RowPlan::early_params in calls of many rows too
   int sm_ctas = 0;           // occ= (forward only): at most this many CTAs per SM (RowPlan::sm_ctas)
+  bool l1_max = false;       // l1=max (forward, with occ=): the cap from the smallest shared-memory carveout (RowPlan::carveout_percent)
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
            weight_smem || l2_next || bulk_rows || bulk_stages || group_rows || shared_reads || dro_direct ||
-           early_params || sm_ctas;
+           early_params || sm_ctas || l1_max;
   }
 };
 

@@ -38,6 +38,11 @@ struct LaunchConfig {
   // (CU_LAUNCH_ATTRIBUTE_COOPERATIVE), for kernels whose CTAs wait on each other with
   // no way out. Not with pdl: such a grid may not start early beside the kernel ahead.
   bool cooperative = false;
+  // The launch's preferred share of the SM's unified L1 and shared memory that is shared
+  // memory, in percent (CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT; the driver
+  // rounds it up to a size the SM supports, and past it where one CTA needs more); -1:
+  // the driver's own choice.
+  int carveout_percent = -1;
   Stream stream = nullptr;
 };
 
