@@ -235,7 +235,7 @@ RowPlanInputs with_forward_elems(const RowPlanInputs& in) {
     out.forced_elems_per_thread = shape.elems;
     out.forced_cta_threads = shape.cta;
     out.forced_min_blocks = shape.min_blocks;
-    out.forced_sm_ctas = shape.sm_ctas;
+    if (!in.forced_sm_ctas) out.forced_sm_ctas = shape.sm_ctas;  // NORMKIT_FORWARD_PLAN's occ= over the measured shape's
     return out;
   }
   const int elems = measured_forward_elems(in);

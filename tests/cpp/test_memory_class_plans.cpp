@@ -166,6 +166,12 @@ TEST(MemoryClass, ForwardRowsLigerLed) {
                               norm_fwd_spec(512, bf16, bf16, false, std::nullopt, false),
                               norm_fwd_spec(8192, f32, f32, true, std::nullopt, false)})
     EXPECT_EQ(fwd_kernel(o, kH100Gbps), fwd_kernel(o, kH200Gbps)) << o.n;
+  // NORMKIT_FORWARD_PLAN's occ= alone keeps the measured shape beside it, its own cap
+  // over the shape's (RMSNorm fp32 N=16384: one 1024-thread CTA a row, no cap of its own).
+  RmsFwdSpec wide = norm_fwd_spec(16384, f32, f32, false, std::nullopt, false);
+  EXPECT_EQ(fwd_kernel(wide, kH100Gbps, "occ=2"), fwd_kernel(wide, 0, "ept=16,cta=1024,occ=2"));
+  RmsFwdSpec capped = norm_fwd_spec(8192, f32, f32, false, std::nullopt, false);
+  EXPECT_EQ(fwd_kernel(capped, kH100Gbps, "occ=3"), fwd_kernel(capped, 0, "ept=16,occ=3"));
 }
 
 // The backward row kernel's stores evict-first (-DNK_PLAN_STORE_CACHE=1) on the H100's class
