@@ -69,6 +69,15 @@ class NormAutoDevice : public ::testing::Test {
     a.rstd = rstd;
     return a;
   }
+  // 4096 rows of n elements on device 0, out of place, with a weight of x's dtype or none.
+  RmsNormFwdArgs plain_rows(std::int64_t n, DType dtype, bool weight) {
+    RmsNormFwdArgs a;
+    a.shape = {4096, n, 0};
+    a.x = Rows::strided(on(0, 0), dtype, n);
+    a.out = Rows::strided(on(0, 1ULL << 30), dtype, n);
+    if (weight) a.weight = {on(0, 2ULL << 30), dtype};
+    return a;
+  }
   // fp32 rows with a residual at N=262144, which sm_90 plans as grouped rows; in place:
   // out over x and residual_out over the residual (the fused add).
   RmsNormFwdArgs grouped_fused_add(bool in_place) {
@@ -175,20 +184,12 @@ TEST_F(NormAutoDevice, PipelinedForwardGridIsWhatTheDeviceHoldsAtOnce) {
 // bf16 rows of N=32768 without a weight (1024 threads, persistent) launch occ= CTAs an
 // SM, not the driver's four.
 TEST_F(NormAutoDevice, ForwardSmCtasCapOccupancyAndGrid) {
-  auto args = [&](std::int64_t rows, std::int64_t n, DType dtype, bool weight) {
-    RmsNormFwdArgs a;
-    a.shape = {rows, n, 0};
-    a.x = Rows::strided(on(0, 0), dtype, n);
-    a.out = Rows::strided(on(0, 1ULL << 30), dtype, n);
-    if (weight) a.weight = {on(0, 2ULL << 30), dtype};
-    return a;
-  };
   unsigned grid = 0, cluster = 0;
   int pdl = 0, device = -1;
   for (const int occ : {0, 1, 2}) {
     const std::string plan = occ ? "occ=" + std::to_string(occ) : "";
     ScopedEnv env{{"FAKE_CUDA_BLOCKS_PER_SM", "4"}, {"NORMKIT_FORWARD_PLAN", plan.c_str()}};
-    rmsnorm_fwd(args(4096, 16384, DType::kFloat32, true));
+    rmsnorm_fwd(plain_rows(16384, DType::kFloat32, true));
     probe_.last_launch(&grid, &cluster, &pdl, &device);
     const unsigned shared = probe_.last_launch_shared_bytes();
     EXPECT_EQ(grid, 4096u) << plan;
@@ -197,7 +198,7 @@ TEST_F(NormAutoDevice, ForwardSmCtasCapOccupancyAndGrid) {
     if (occ) EXPECT_LE(occ * (shared + 2048), 228u * 1024) << plan;
     if (occ) EXPECT_GT((occ + 1) * (shared + 1024), 228u * 1024) << plan;
     EXPECT_EQ(probe_.last_launch_carveout(), -1) << plan;
-    rmsnorm_fwd(args(4096, 32768, DType::kBFloat16, false));
+    rmsnorm_fwd(plain_rows(32768, DType::kBFloat16, false));
     probe_.last_launch(&grid, &cluster, &pdl, &device);
     EXPECT_EQ(grid, 132u * (occ ? occ : 4)) << plan;
     EXPECT_EQ(probe_.last_launch_shared_bytes(), occ ? shared : 0u) << plan;
@@ -209,25 +210,17 @@ TEST_F(NormAutoDevice, ForwardSmCtasCapOccupancyAndGrid) {
 // than the SM's 228 KB. The occupancy API does not see a launch's carveout (the fake's
 // says four CTAs an SM here): the persistent grid is capped at occ= CTAs an SM itself.
 TEST_F(NormAutoDevice, ForwardSmCtasWithinTheSmallestCarveout) {
-  auto args = [&](std::int64_t n, DType dtype, bool weight) {
-    RmsNormFwdArgs a;
-    a.shape = {4096, n, 0};
-    a.x = Rows::strided(on(0, 0), dtype, n);
-    a.out = Rows::strided(on(0, 1ULL << 30), dtype, n);
-    if (weight) a.weight = {on(0, 2ULL << 30), dtype};
-    return a;
-  };
   unsigned grid = 0, cluster = 0;
   int pdl = 0, device = -1;
   for (const int occ : {1, 2}) {
     const std::string plan = "occ=" + std::to_string(occ) + ",l1=max";
     ScopedEnv env{{"FAKE_CUDA_BLOCKS_PER_SM", "4"}, {"NORMKIT_FORWARD_PLAN", plan.c_str()}};
-    rmsnorm_fwd(args(16384, DType::kFloat32, true));
+    rmsnorm_fwd(plain_rows(16384, DType::kFloat32, true));
     EXPECT_EQ(probe_.last_launch_carveout(), 3) << plan;
     const unsigned shared = probe_.last_launch_shared_bytes();
     EXPECT_LE(occ * (shared + 2048), 8u * 1024) << plan;
     EXPECT_GT((occ + 1) * (shared + 1024), 8u * 1024) << plan;
-    rmsnorm_fwd(args(32768, DType::kBFloat16, false));
+    rmsnorm_fwd(plain_rows(32768, DType::kBFloat16, false));
     probe_.last_launch(&grid, &cluster, &pdl, &device);
     EXPECT_EQ(grid, 132u * occ) << plan;
     EXPECT_EQ(probe_.last_launch_carveout(), 3) << plan;
