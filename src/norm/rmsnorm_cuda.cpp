@@ -117,10 +117,15 @@ bool use_pdl(rt::Runtime& runtime, int device) {
 // ring) the row groups the device holds at once. Grouped rows count theirs apart.
 FwdKernel load_fwd(rt::Runtime& runtime, const RmsFwdSpec& spec, int device, rt::Stream stream) {
   FwdKernel k{spec.plan, runtime.get(fwd_source(spec), device, stream), 0, use_pdl(runtime, device)};
-  if (spec.plan.prefetch || spec.plan.bulk_stages)
+  if (spec.plan.prefetch || spec.plan.bulk_stages) {
     k.resident_groups =
         resident_groups(runtime, k.kernel, spec.plan,
                         spec.plan.params_smem || spec.plan.bulk_stages || spec.plan.sm_ctas ? spec.plan.smem_bytes : 0);
+    // The occupancy API does not see a launch's carveout (RowPlan::carveout_percent): the cap itself.
+    if (spec.plan.sm_ctas)
+      k.resident_groups = std::min<std::int64_t>(
+          k.resident_groups, std::int64_t{runtime.device_info(device).sm_count} * spec.plan.sm_ctas / spec.plan.cluster);
+  }
   return k;
 }
 }  // namespace
@@ -231,9 +236,6 @@ void norm_fwd_cuda(const RmsNormFwdArgs& a, float* mean, const NormKind& kind, i
   // device holds at once, each taking every resident_groups-th group of rows.
   std::int64_t groups = (a.shape.rows + plan.rows - 1) / plan.rows;
   if (plan.prefetch || plan.bulk_stages || plan.group_stages) groups = std::min(groups, found->resident_groups);
-  // The occupancy API does not see a launch's carveout (RowPlan::carveout_percent): the cap itself.
-  if (plan.sm_ctas && (plan.prefetch || plan.bulk_stages))
-    groups = std::min<std::int64_t>(groups, std::int64_t{runtime.device_info(device).sm_count} * plan.sm_ctas / plan.cluster);
   const std::int64_t ctas_per_group = plan.group_stages ? group_slices(plan, a.shape.n) : plan.cluster;
   cfg.grid.x = checked_grid(groups * ctas_per_group, kind.fwd_name);
   cfg.block.x = static_cast<unsigned>(plan.threads());
