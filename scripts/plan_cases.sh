@@ -5,6 +5,8 @@
 # refused (NORMKIT_ASSERT_NO_SPILLS=1: such a row is reported failed, not timed), each
 # row checked against the fp32 reference by the benchmark before it is timed.
 #   usage: NORMKIT_COMMIT=<hash> [ROUNDS=2] [CASE_S=60] bash scripts/plan_cases.sh scripts/plan_cases/<file>.txt
+#   PLAN_CASES_SKIP_BUILD=1: no `pip install .` first (a script that built normkit already
+#   in the same call, e.g. scripts/bench_gpu.sh before it)
 # Cases file: one case a line, `label ; override ; normkit bench flags`, where override
 # is a NORMKIT_FORWARD_PLAN value, `bwd:` and a NORMKIT_BACKWARD_PLAN value, `env:NAME=VALUE`
 # (a NORMKIT_ switch of the README's table set for the case, e.g. env:NORMKIT_GROUP_ROWS=0;
@@ -24,9 +26,13 @@ cases=$(realpath "${1:?usage: bash scripts/plan_cases.sh <cases file>}")
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/plan_cases.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-python3 -m pip install --no-build-isolation --no-deps . >/tmp/plan-cases-build.log 2>&1 \
-  || { tail -n 30 /tmp/plan-cases-build.log; exit 2; }
-echo "build done at ${SECONDS}s"
+if [ "${PLAN_CASES_SKIP_BUILD:-0}" = 1 ]; then
+  echo "build skipped (PLAN_CASES_SKIP_BUILD=1): the normkit python3 imports"
+else
+  python3 -m pip install --no-build-isolation --no-deps . >/tmp/plan-cases-build.log 2>&1 \
+    || { tail -n 30 /tmp/plan-cases-build.log; exit 2; }
+  echo "build done at ${SECONDS}s"
+fi
 : >"$OUT/plan_cases.jsonl"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   while IFS=';' read -r label override flags; do
