@@ -54,7 +54,8 @@ unsigned checked_grid(std::int64_t blocks, const char* what) {
 
 // forced_by: the environment variable that forced part of the plan
 // (NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN), or nullptr.
-void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* forced_by, bool group_asked = false) {
+void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* forced_by, bool group_asked = false,
+              bool refill_asked = false) {
   if (forced_by != nullptr)
     rt::warn_once(std::string(op) + ":override:" + std::to_string(n),
                   std::string(op) + ": " + forced_by + " forces the plan of N=" + std::to_string(n) + ": " +
@@ -67,6 +68,12 @@ void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* f
                       " here (it needs sm_90+, NORMKIT_GROUP_ROWS on, 16-byte vectors, N a multiple of the slice, at "
                       "most 128 slices, four stages in the shared memory minb= leaves; the README's table), so "
                       "the rest of the override shapes the plan above");
+  if (forced_by != nullptr && refill_asked && !plan.early_refill)
+    rt::warn_once(std::string(op) + ":refill-refused:" + std::to_string(n),
+                  std::string(op) + ": " + forced_by + "'s refill=early does not apply to rows of N=" +
+                      std::to_string(n) +
+                      " here (it needs the bulk ring, no dresidual_out, dout of h's width and registers for the "
+                      "thread's vectors of h and dout beside its dw/db sums), so the ring refills after pass 2");
   if (!plan.regs && !plan.stash && !plan.split)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +
@@ -379,7 +386,7 @@ BwdLaunch plan_backward(const RmsNormBwdArgs& a, const NormKind& kind, int devic
         }
       }
       log_plan(kind.bwd_name, a.shape.n, spec.plan, spec.plan_override.any() ? "NORMKIT_BACKWARD_PLAN" : nullptr,
-               spec.plan_override.group_rows);
+               spec.plan_override.group_rows, spec.plan_override.early_refill);
       const RmsBwdSources sources = bwd_sources(spec);
       if (spec.plan.cluster > 1 && !spec.plan.split)
         k.resident_clusters = resident_groups(runtime, k.rows, spec.plan, spec.plan.smem_bytes);

@@ -63,6 +63,7 @@ std::string RowPlan::str() const {
          (prefetch ? " prefetch" : "") + (early_params ? " early" : "") + (smem_sums ? " smem_sums" : "") +
          (async_rows ? " async" : "") + (params_smem ? " params_smem" : "") + (smem_row ? " smem_row" : "") +
          (weight_smem ? " weight_smem" : "") + (l2_next ? " l2_next" : "") + (shared_reads ? " shared_reads" : "") +
+         (early_refill ? " early_refill" : "") +
          (dro_direct ? " dro_direct" : "") + (evict_first ? " evict_first" : "") +
          (bulk_stages ? " bulk=" + std::to_string(bulk_stages) : "") +
          (group_stages ? " group=" + std::to_string(group_stages) + " items=" + std::to_string(split_items) : "") +

@@ -75,6 +75,11 @@ struct RowPlan {
   // pointer test (norm_bwd_bulk_kernel's SHARED_READS), where it measured faster
   // (shared_reads_planned) or NORMKIT_BACKWARD_PLAN's reads=shared asks.
   bool shared_reads = false;
+  // Backward bulk ring without dresidual_out, dout of h's width, where
+  // NORMKIT_BACKWARD_PLAN's refill=early asks: pass 1 keeps the row's h and dout in
+  // registers and the stage is refilled at the barrier of the row's sums, before pass
+  // 2 (norm_bwd_bulk_kernel's EARLY_REFILL). Not planned by itself (not yet measured).
+  bool early_refill = false;
   // Backward grouped ring (group_stages) with dresidual_out: its slice read from global
   // memory into registers a step before the row's dx (norm_bwd_group_kernel's
   // DRO_DIRECT), not copied into the stages, which then hold h and dout only (more of
@@ -176,6 +181,7 @@ struct RowPlanInputs {
   int forced_l2_next = 0;  // backward: RowPlan::l2_next asked for (1, l2=next) or refused (-1, l2=off)
   int forced_shared_reads = 0;  // backward: RowPlan::shared_reads asked for (1, reads=shared) or refused (-1, reads=pointer)
   int forced_dro_direct = 0;  // backward: RowPlan::dro_direct asked for (1, dro=direct) or refused (-1, dro=stage)
+  bool forced_early_refill = false;  // backward, with forced_bulk_rows: RowPlan::early_refill asked for (refill=early)
   bool forced_early_params = false;  // forward: RowPlan::early_params asked for in a call of many rows (early=1)
   int forced_sm_ctas = 0;  // forward: RowPlan::sm_ctas asked for (occ=)
   bool forced_l1_max = false;  // forward, with forced_sm_ctas: RowPlan::carveout_percent asked for (l1=max)
@@ -201,7 +207,7 @@ struct RowPlanInputs {
     return forced_elems_per_thread || forced_cta_threads || forced_min_blocks || forced_no_prefetch ||
            forced_cluster || forced_weight_smem || forced_l2_next || forced_bulk_rows || forced_bulk_stages ||
            forced_smem_row || forced_smem_sums || forced_group_rows || forced_shared_reads || forced_dro_direct ||
-           forced_early_params || forced_sm_ctas || forced_l1_max;
+           forced_early_params || forced_sm_ctas || forced_l1_max || forced_early_refill;
   }
   // Backward: the call has per-head weights (heads > 1), whose parts multiply the
   // CTAs a split row's wait needs resident: no RowPlan::wait_dots.

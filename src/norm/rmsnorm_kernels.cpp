@@ -30,6 +30,7 @@ void force_plan(RowPlanInputs& in, const rt::PlanOverride& o) {
   in.forced_l2_next = o.l2_next;
   in.forced_shared_reads = o.shared_reads;
   in.forced_dro_direct = o.dro_direct;
+  in.forced_early_refill = o.early_refill;
   in.forced_early_params = o.early_params;
   in.forced_sm_ctas = o.sm_ctas;
   in.forced_l1_max = o.l1_max;
@@ -213,7 +214,7 @@ rt::KernelSource bwd_rows_source(const RmsBwdSpec& s) {
       << device_type(s.weight) << ", " << device_type(s.dout) << ", " << device_type(s.dresidual_out) << ", "
       << device_type(s.dx) << ", " << device_type(s.dresidual) << ", " << flag(s.dbias.has_value()) << ", "
       << flag(s.center) << ", " << flag(s.plan.weight_smem) << ", " << flag(s.plan.shared_reads) << ", "
-      << s.plan.bulk_stages << ">";
+      << s.plan.bulk_stages << ", " << flag(s.plan.early_refill) << ">";
     return make(family(s.center, "_bwd_bulk"), "normkit/norm/norm_bwd_bulk.cuh", e.str());
   }
   if (s.plan.split) {

@@ -90,6 +90,9 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
     } else if (key == "l1" && !backward) {
       NK_CHECK(value == "max", variable, ": l1='", value, "' is not max");
       o.l1_max = true;
+    } else if (key == "refill" && backward) {
+      NK_CHECK(value == "early", variable, ": refill='", value, "' is not early (the ring's own refill is after pass 2)");
+      o.early_refill = true;
     } else if (key == "l2" && backward) {
       NK_CHECK(value == "next" || value == "off", variable, ": l2='", value, "' is not next or off");
       o.l2_next = value == "next" ? 1 : -1;
@@ -104,12 +107,13 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
       if (!o.bulk_rows && !o.group_rows) o.smem_row = value == "smem" ? 1 : -1;
     } else {
       NK_THROW(variable, ": unknown key '", key, "' (keys: ept, cta, minb, prefetch",
-               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads, with row=group dro)"
+               backward ? ", cluster, sums, w, l2, row=bulk, group or regs, and with row=bulk or row=group stages, with row=bulk reads and refill, with row=group dro)"
                         : ", row, early, occ, with occ l1=max, with row=bulk cluster and stages, with row=group stages)");
     }
   }
   NK_CHECK(o.bulk_rows || o.group_rows || o.bulk_stages == 0, variable, ": stages= applies to row=bulk and row=group only");
   NK_CHECK(o.group_rows || o.dro_direct == 0, variable, ": dro= applies to row=group only");
+  NK_CHECK(o.bulk_rows || !o.early_refill, variable, ": refill= applies to row=bulk only");
   NK_CHECK(!o.l1_max || o.sm_ctas, variable, ": l1=max applies with occ= only");
   // The grouped ring keeps two rows between publish and normalize (kGroupLookahead).
   NK_CHECK(!o.group_rows || o.bulk_stages == 0 || o.bulk_stages >= 4, variable, ": stages='", o.bulk_stages,

@@ -334,7 +334,9 @@ TEST(RmsNormPlan, ForwardSmCtasWithinTheSmallestCarveout) {
       EXPECT_GE(bytes, own) << occ;
       EXPECT_LE(occ * (bytes + 2048), carveout) << occ << " " << own;
       EXPECT_GT((occ + 1) * (bytes + 1024), carveout) << occ << " " << own;
-      if (bytes != own) EXPECT_EQ(bytes % 128, 0) << occ;
+      if (bytes != own) {
+        EXPECT_EQ(bytes % 128, 0) << occ;
+      }
       // Never more than the whole SM's padding.
       EXPECT_LE(bytes, std::max<std::int64_t>(own, sm_ctas_smem_bytes(occ))) << occ;
     }

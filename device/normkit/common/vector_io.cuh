@@ -56,31 +56,54 @@ __device__ __forceinline__ void load_vec(const bf16* p, float (&out)[VEC]) {
   }
 }
 
-// A vector of shared memory widened to fp32 (bf16 pairs as words), read where and in
-// the order the code reads it: the loads are asm volatile, so the compiler neither
-// hoists a loop-invariant read out of its loop nor moves them ahead of each other. As
-// plain reads, norm_bwd_bulk_kernel's weight slice (the same every row) left the row
-// loop for registers the kernel did not have and the items' loads went ahead: NVRTC
-// 13.0 spilled 16-116 bytes at 128 registers (LayerNorm bf16 N=8192-16384 on one CTA).
-// VEC * sizeof(T) is 8, 16 or 32 bytes, and p (shared memory) aligned to it.
-template <int VEC, class T>
-__device__ __forceinline__ void load_shared_vec(const T* p, float (&out)[VEC]) {
-  constexpr int WORDS = VEC * static_cast<int>(sizeof(T)) / 4;
+// Words of shared memory (load_shared_vec below: a vector of them widened to fp32,
+// bf16 pairs as words), read where and in the order the code reads them: the loads
+// are asm volatile, so the compiler neither hoists a loop-invariant read out of its
+// loop nor moves them ahead of each other. As plain reads, norm_bwd_bulk_kernel's
+// weight slice (the same every row) left the row loop for registers the kernel did
+// not have and the items' loads went ahead: NVRTC 13.0 spilled 16-116 bytes at 128
+// registers (LayerNorm bf16 N=8192-16384 on one CTA).
+// WORDS * 4 is 8, 16 or 32 bytes, and p (shared memory) aligned to it.
+template <int WORDS>
+__device__ __forceinline__ void load_shared_words(const void* p, unsigned (&w)[WORDS]) {
   static_assert(WORDS == 2 || WORDS % 4 == 0, "8, 16 or 32 bytes");
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  union {
-    unsigned w[WORDS];
-    Packed<T, VEC> pk;
-  } u;
   if constexpr (WORDS == 2) {
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "r"(at));
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "r"(at));
   } else {
 #pragma unroll
     for (int j = 0; j < WORDS; j += 4)
       asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(u.w[j]), "=r"(u.w[j + 1]), "=r"(u.w[j + 2]), "=r"(u.w[j + 3])
+                   : "=r"(w[j]), "=r"(w[j + 1]), "=r"(w[j + 2]), "=r"(w[j + 3])
                    : "r"(at + 4 * j));
   }
+}
+// VEC elements of T held as raw 32-bit words (load_shared_words' or a kernel's
+// registers) widened to fp32, bf16 pairs with one shift or one mask each.
+template <class T, int VEC, int WORDS>
+__device__ __forceinline__ void widen_words(const unsigned (&w)[WORDS], float (&out)[VEC]) {
+  static_assert(WORDS * 4 == VEC * static_cast<int>(sizeof(T)), "the words hold the vector");
+  if constexpr (is_bf16<T>) {
+    widen_bf16_words(w, out);
+  } else {
+    union {
+      unsigned w[WORDS];
+      Packed<T, VEC> pk;
+    } u;
+#pragma unroll
+    for (int j = 0; j < WORDS; ++j) u.w[j] = w[j];
+    widen(u.pk, out);
+  }
+}
+template <int VEC, class T>
+__device__ __forceinline__ void load_shared_vec(const T* p, float (&out)[VEC]) {
+  // Loaded into the union itself: through a word array copied into it, the fp16 and
+  // fp32 rings' SASS changed (norm_bwd_bulk_kernel's SHARED_READS); bf16's did not.
+  union {
+    unsigned w[VEC * static_cast<int>(sizeof(T)) / 4];
+    Packed<T, VEC> pk;
+  } u;
+  load_shared_words(p, u.w);
   if constexpr (is_bf16<T>) {
     widen_bf16_words(u.w, out);
   } else {

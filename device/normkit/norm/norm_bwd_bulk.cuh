@@ -51,7 +51,7 @@
 namespace nk {
 
 template <class Cfg, class X, class W, class DY, class DRO, class DX, class DR, bool DBIAS, bool CENTER, bool W_SMEM,
-          bool SHARED_READS, int STAGES>
+          bool SHARED_READS, int STAGES, bool EARLY_REFILL = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_kernel(const NormBwdParams p) {
   constexpr int VEC = Cfg::VEC;
   constexpr int CLUSTER = Cfg::CLUSTER;
@@ -63,6 +63,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
                 "16-byte vectors of h, whole 16-byte items of dout and dresidual_out");
   static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
   static_assert(STAGES >= 2, "a ring of at least two stages");
+  // EARLY_REFILL: pass 1 keeps the row's h and dout (16 bytes a vector each) in
+  // registers, so its stage is refilled at the CTA barrier of the row's sums, before
+  // pass 2 and the stores, not after them: the ring's next copy is in flight for
+  // pass 2's time too. dresidual_out would be read from the stage in pass 2: none.
+  static_assert(!EARLY_REFILL || (is_none<DRO> && sizeof(DY) == sizeof(X)),
+                "an early refill keeps h and dout in registers: no dresidual_out, dout of h's width");
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
   constexpr bool DW = !is_none<W>;
   constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
@@ -190,6 +196,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     }
   };
 
+  // EARLY_REFILL: the thread's vectors of h and dout of the row, as pass 1 read them.
+  constexpr int HELD = EARLY_REFILL ? Cfg::ITEMS : 1;
+  unsigned held_h[HELD][4], held_d[HELD][4];
+  auto expand_held = [&](const Row& row, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
+    const int v = t.slice_vector(k);
+    if constexpr (SHARED_EXPAND) {
+      if (xh_scaled) {
+        row.template expand_words<true, true>(0, w_smem + v * VEC, held_h[k], held_d[k], xh, g, d);
+      } else {
+        row.template expand_words<false, true>(0, w_smem + v * VEC, held_h[k], held_d[k], xh, g, d);
+      }
+    } else {
+      row.template expand_words<true, false>(t.column(k), w_bulk ? w_vectors[v].v : nullptr, held_h[k], held_d[k],
+                                             xh, g, d);
+    }
+  };
+
   float dw_acc[DW ? Cfg::ITEMS : 1][VEC];
   float db_acc[DBIAS ? Cfg::ITEMS : 1][VEC];
 #pragma unroll
@@ -222,7 +245,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
-      expand_item(row, s, k, true, xh, gv, d);
+      if constexpr (EARLY_REFILL) {
+        const int v = t.slice_vector(k);
+        load_shared_words(stage(s) + sub * L.x_bytes + v * 16, held_h[k]);
+        load_shared_words(stage(s) + DY_AT + sub * DY_BYTES + v * 16, held_d[k]);
+        expand_held(row, k, true, xh, gv, d);
+      } else {
+        expand_item(row, s, k, true, xh, gv, d);
+      }
       dot.add(xh, gv);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -271,7 +301,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
       float xh[VEC], gv[VEC], d[VEC];
-      expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
+      if constexpr (EARLY_REFILL) {
+        expand_held(row, k, !SHARED_EXPAND, xh, gv, d);
+      } else {
+        expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
+      }
       row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means,
                       reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                    t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
@@ -299,8 +333,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
 #ifndef NK_BWD_OVERLAP_MIN_CLUSTER
 #define NK_BWD_OVERLAP_MIN_CLUSTER 8
 #endif
-  constexpr bool OVERLAP_EXCHANGE =
-      CLUSTER >= NK_BWD_OVERLAP_MIN_CLUSTER && CLUSTER > 1 && ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
+  constexpr bool OVERLAP_EXCHANGE = !EARLY_REFILL && CLUSTER >= NK_BWD_OVERLAP_MIN_CLUSTER && CLUSTER > 1 &&
+                                    ROWS == 1 && STAGES >= 3 && SHARED_EXPAND;
   if constexpr (OVERLAP_EXCHANGE) {
     auto row_of = [&](long long g, float rstd, float mean) {
       return Row::make(p, head + heads * g, head_offset, rstd, mean);
@@ -354,15 +388,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       mbarrier_wait(&stage_full[s], phase);
       float sums[K];
       pass1(row, s, active, sums);
+      // Under EARLY_REFILL the CTA barrier after pass 1 (the row's sums', or one of its
+      // own for rows of a warp) ends every read of stage s.
+      auto refill_early = [&] {
+        if constexpr (EARLY_REFILL) {
+          if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
+        }
+      };
       if constexpr (CLUSTER > 1) {
         push_cta_sums(sums);
+        refill_early();
         await_cluster_sums(sums);
       } else if constexpr (Cfg::TPR > 32) {
         cta_row_sums(sums);
+        refill_early();
+      } else if constexpr (EARLY_REFILL) {
+        __syncthreads();
+        refill_early();
       }
       pass2(row, s, active, means_of(sums));
-      __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
-      if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
+      if constexpr (!EARLY_REFILL) {
+        __syncthreads();  // every thread's reads of stage s are done: it takes the group STAGES groups on
+        if (threadIdx.x == 0) issue_group(g + STAGES * parts, s);
+      }
       if (++s == STAGES) {
         s = 0;
         phase ^= 1u;

@@ -119,14 +119,18 @@ struct NormBwdRow {
   __device__ __forceinline__ void expand_at(int col, const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                             float (&g)[VEC], float (&d)[VEC]) const {
     float w[VEC], h[VEC];
+    weight_at(col, ws, w);
+    load_vec<VEC>(hs, h);
+    load_vec<VEC>(ds, d);
+    combine<XH_SCALED>(w, h, d, xh, g);
+  }
+  template <class WS>
+  __device__ __forceinline__ void weight_at(int col, const WS* ws, float (&w)[VEC]) const {
     if (ws != nullptr) {
       load_param<VEC, W>(ws, 0, 0, p.weight_offset, 1.f, w);
     } else {
       load_param<VEC, W>(p.weight, head_offset, col, p.weight_offset, 1.f, w);
     }
-    load_vec<VEC>(hs, h);
-    load_vec<VEC>(ds, d);
-    combine<XH_SCALED>(w, h, d, xh, g);
   }
   // The same with h, dout and the weight's vector all in shared memory (a ring's stage
   // and a copy of the weight's slice the kernel always has): no test of the pointer and
@@ -139,6 +143,13 @@ struct NormBwdRow {
   __device__ __forceinline__ void expand_shared(const WS* ws, const X* hs, const DY* ds, float (&xh)[VEC],
                                                 float (&g)[VEC], float (&d)[VEC]) const {
     float w[VEC], h[VEC];
+    weight_shared(ws, w);
+    load_shared_vec<VEC>(hs, h);
+    load_shared_vec<VEC>(ds, d);
+    combine<XH_SCALED>(w, h, d, xh, g);
+  }
+  template <class WS>
+  __device__ __forceinline__ void weight_shared(const WS* ws, float (&w)[VEC]) const {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) w[i] = 1.f;
     if constexpr (!is_none<W>) {
@@ -148,8 +159,22 @@ struct NormBwdRow {
         for (int i = 0; i < VEC; ++i) w[i] += p.weight_offset;
       }
     }
-    load_shared_vec<VEC>(hs, h);
-    load_shared_vec<VEC>(ds, d);
+  }
+  // expand_at / expand_shared (SHARED) with h's and dout's vectors already in registers
+  // as raw words, read from a ring's stage before it was given back
+  // (norm_bwd_bulk_kernel's EARLY_REFILL).
+  template <bool XH_SCALED, bool SHARED, class WS, int HW, int DW>
+  __device__ __forceinline__ void expand_words(int col, const WS* ws, const unsigned (&hw)[HW],
+                                               const unsigned (&dw)[DW], float (&xh)[VEC], float (&g)[VEC],
+                                               float (&d)[VEC]) const {
+    float w[VEC], h[VEC];
+    if constexpr (SHARED) {
+      weight_shared(ws, w);
+    } else {
+      weight_at(col, ws, w);
+    }
+    widen_words<X, VEC>(hw, h);
+    widen_words<DY, VEC>(dw, d);
     combine<XH_SCALED>(w, h, d, xh, g);
   }
   // xhat (XH_SCALED false: h - mean, or h under FOLD_MEAN) and g from h, dout and the

@@ -39,10 +39,11 @@ struct PlanOverride {
   bool early_params = false;  // early=1 (forward only): RowPlan::early_params in calls of many rows too
   int sm_ctas = 0;           // occ= (forward only): at most this many CTAs per SM (RowPlan::sm_ctas)
   bool l1_max = false;       // l1=max (forward, with occ=): the cap from the smallest shared-memory carveout (RowPlan::carveout_percent)
+  bool early_refill = false;  // refill=early (backward, row=bulk): RowPlan::early_refill
   bool any() const {
     return elems_per_thread || cta_threads || min_blocks || no_prefetch || cluster || smem_sums || smem_row ||
            weight_smem || l2_next || bulk_rows || bulk_stages || group_rows || shared_reads || dro_direct ||
-           early_params || sm_ctas || l1_max;
+           early_params || sm_ctas || l1_max || early_refill;
   }
 };
 
