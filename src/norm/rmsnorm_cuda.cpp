@@ -72,8 +72,8 @@ void log_plan(const char* op, std::int64_t n, const RowPlan& plan, const char* f
     rt::warn_once(std::string(op) + ":refill-refused:" + std::to_string(n),
                   std::string(op) + ": " + forced_by + "'s refill=early does not apply to rows of N=" +
                       std::to_string(n) +
-                      " here (it needs the bulk ring, no dresidual_out, dout of h's width and registers for the "
-                      "thread's vectors of h and dout beside its dw/db sums), so the ring refills after pass 2");
+                      " here (it needs the bulk ring, dout and dresidual_out of h's width and registers for the "
+                      "thread's vectors of them beside its dw/db sums), so the ring refills after pass 2");
   if (!plan.regs && !plan.stash && !plan.split)
     rt::warn_once(std::string(op) + ":stream:" + std::to_string(n),
                   std::string(op) + ": rows of N=" + std::to_string(n) +

@@ -75,8 +75,8 @@ struct RowPlan {
   // pointer test (norm_bwd_bulk_kernel's SHARED_READS), where it measured faster
   // (shared_reads_planned) or NORMKIT_BACKWARD_PLAN's reads=shared asks.
   bool shared_reads = false;
-  // Backward bulk ring without dresidual_out, dout of h's width, where
-  // NORMKIT_BACKWARD_PLAN's refill=early asks: pass 1 keeps the row's h and dout in
+  // Backward bulk ring with dout and dresidual_out (if any) of h's width, where
+  // NORMKIT_BACKWARD_PLAN's refill=early asks: pass 1 keeps the row's vectors in
   // registers and the stage is refilled at the barrier of the row's sums, before pass
   // 2 (norm_bwd_bulk_kernel's EARLY_REFILL). Not planned by itself (not yet measured).
   bool early_refill = false;

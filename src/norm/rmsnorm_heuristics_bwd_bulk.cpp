@@ -279,11 +279,11 @@ RowPlan with_bulk_backward_rows(const RowPlan& planned, const RowPlanInputs& in)
   const std::int64_t others = (in.x_fp16 ? 72 : 56) + (in.weight_bytes > 0 && !stages.params_smem ? 16 : 0);
   if (shape->items > 16 || shape->items * vec * sums > shape->register_cap - others) return planned;
   RowPlan p = bulk_ring_plan(*shape, vec, stages.stages);
-  // refill=early: the thread's 16-byte vectors of h and dout (eight registers an item)
-  // held from pass 1 to pass 2 beside the sums; dresidual_out, read in pass 2 from the
-  // stage, would need a third.
-  p.early_refill = in.forced_early_refill && dro_bytes == 0 && in.dout_bytes == in.x_bytes &&
-                   shape->items * (vec * sums + 8) <= shape->register_cap - others;
+  // refill=early: the thread's 16-byte vectors of h, dout and dresidual_out (four
+  // registers each an item) held from pass 1 to pass 2 beside the sums.
+  const std::int64_t held = dro_bytes == 0 ? 8 : 12;
+  p.early_refill = in.forced_early_refill && (dro_bytes == 0 || dro_bytes == in.x_bytes) &&
+                   in.dout_bytes == in.x_bytes && shape->items * (vec * sums + held) <= shape->register_cap - others;
   p.rows = rows;
   p.row_sums = true;  // the kernel sums dw/db itself
   p.weight_smem = stages.params_smem;

@@ -1,12 +1,14 @@
 // NORMKIT_BACKWARD_PLAN's refill=early (RowPlan::early_refill, norm_bwd_bulk_kernel's
-// EARLY_REFILL): the bulk ring's pass 1 keeps the row's h and dout in registers so that
-// its stage is refilled at the barrier of the row's sums instead of after pass 2. The
-// override's parsing, where the plan takes it and where it refuses it (dresidual_out,
-// registers), and its kernels compiled without spills for sm_90a (NVRTC) on every
-// branch of the kernel's row loop: one CTA, several rows a stage of a CTA barrier's
-// rows and of one warp, a cluster, the shared and the pointer reads.
+// EARLY_REFILL): the bulk ring's pass 1 keeps the row's h, dout and dresidual_out in
+// registers so that its stage is refilled at the barrier of the row's sums instead of
+// after pass 2. The override's parsing, where the plan takes it and where it refuses it
+// (registers, dresidual_out of another width), and its kernels compiled without spills
+// for sm_90a (NVRTC) on every branch of the kernel's row loop: one CTA, several rows a
+// stage of a CTA barrier's rows and of one warp, a cluster, the shared and the pointer
+// reads, with and without dresidual_out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -36,8 +38,8 @@ TEST(RmsNormPlan, BackwardEarlyRefillOverrideParses) {
   }
 }
 
-// Taken where the ring is planned, without dresidual_out, with registers for the held
-// vectors (eight an item) beside the dw/db sums; the ring's shape is the one the
+// Taken where the ring is planned, with registers for the held vectors (four registers
+// each of h, dout and dresidual_out an item) beside the dw/db sums; the ring's shape is the one the
 // override gives without refill=early. The plans never take it by themselves. The
 // shapes are tests/python/test_backward_bulk_rows_gpu.py's (EARLY_REFILL_CASES), both
 // norms.
@@ -51,16 +53,20 @@ TEST(RmsNormPlan, BackwardEarlyRefillWhereItApplies) {
                         Case{2048, bf16, bf16, "row=bulk,ept=16"}, Case{256, bf16, bf16, "row=bulk,ept=8"},
                         Case{65536, f32, f32, "row=bulk"}, Case{65536, bf16, f32, "row=bulk"},
                         Case{20000, f32, f32, "row=bulk"}, Case{262144, bf16, bf16, "row=bulk,reads=shared"}})
-    for (const bool center : {false, true}) {
+    for (const bool center : {false, true})
+      for (const bool dro : {false, true}) {
       const std::string early = std::string(c.override_text) + ",refill=early";
-      const RowPlan without = planned_bwd(c.n, c.x, c.w, center, false, c.override_text).plan;
-      const RowPlan with = planned_bwd(c.n, c.x, c.w, center, false, early).plan;
-      SCOPED_TRACE(early + " n=" + std::to_string(c.n) + " center=" + std::to_string(center) + ": " + with.str());
+      const RowPlan without = planned_bwd(c.n, c.x, c.w, center, dro, c.override_text).plan;
+      const RowPlan with = planned_bwd(c.n, c.x, c.w, center, dro, early).plan;
+      SCOPED_TRACE(early + " n=" + std::to_string(c.n) + " center=" + std::to_string(center) +
+                   " dro=" + std::to_string(dro) + ": " + with.str());
       ASSERT_GE(with.bulk_stages, 2);
-      // LayerNorm bf16 at four vectors a thread: 4 x (2 x 8 sums + 8 held) beside ~56
-      // others exceed 128 registers.
-      const std::int64_t items = c.n / (16 / dtype_size(c.x)) / (std::int64_t{without.cluster} * without.tpr);
-      const bool refused = center && c.x == bf16 && items >= 4;
+      // The sums (8 floats a vector of bf16, 4 of fp32; LayerNorm's two sets) and the
+      // held words (4 a tensor) of every item beside ~56 other registers under the cap.
+      const std::int64_t vec = 16 / dtype_size(c.x);
+      const std::int64_t items = c.n / vec / (std::int64_t{without.cluster} * without.tpr);
+      const std::int64_t cap = std::min<std::int64_t>(255, 65536 / (std::int64_t{without.threads()} * without.min_blocks));
+      const bool refused = items * (vec * (center ? 2 : 1) + (dro ? 12 : 8)) > cap - 56;
       EXPECT_EQ(with.early_refill, !refused);
       EXPECT_EQ(with.str().find(" early_refill") != std::string::npos, !refused);
       EXPECT_FALSE(without.early_refill);
@@ -68,15 +74,24 @@ TEST(RmsNormPlan, BackwardEarlyRefillWhereItApplies) {
       RowPlan same = with;
       same.early_refill = false;
       EXPECT_EQ(same.str(), without.str());
-      EXPECT_FALSE(planned_bwd(c.n, c.x, c.w, center, false, "").plan.early_refill);
+      EXPECT_FALSE(planned_bwd(c.n, c.x, c.w, center, dro, "").plan.early_refill);
     }
 }
 
 TEST(RmsNormPlan, BackwardEarlyRefillRefusedWhereItCannotApply) {
-  // dresidual_out is read from the stage in pass 2: the ring keeps its own refill.
-  const RowPlan dro = planned_bwd(16384, bf16, bf16, false, true, "row=bulk,ept=32,refill=early").plan;
+  // RMSNorm bf16 N=262144 with dresidual_out over 16 CTAs: four items of 8 sums and 12
+  // held registers (80) beside ~56 others exceed 128 (without it, 4 x 16 fit).
+  const RowPlan dro = planned_bwd(262144, bf16, bf16, false, true, "row=bulk,refill=early").plan;
   EXPECT_GE(dro.bulk_stages, 2) << dro.str();
   EXPECT_FALSE(dro.early_refill) << dro.str();
+  EXPECT_TRUE(planned_bwd(262144, bf16, bf16, false, false, "row=bulk,refill=early").plan.early_refill);
+  // dresidual_out of another width than h's (fp32 beside bf16 rows).
+  RmsBwdSpec wide = norm_bwd_spec(2048, bf16, bf16, true, true);
+  wide.dresidual_out = f32;
+  wide.plan_override = rt::parse_plan_override("NORMKIT_BACKWARD_PLAN", "row=bulk,ept=16,refill=early");
+  wide.plan = plan_bwd(wide, 8, 90);
+  EXPECT_GE(wide.plan.bulk_stages, 2) << wide.plan.str();
+  EXPECT_FALSE(wide.plan.early_refill) << wide.plan.str();
   // LayerNorm bf16 N=16384 on one 512-thread CTA: four items of 2 x 8 sums and 8 held
   // registers each (96) beside ~56 others exceed 128.
   const RowPlan ln = planned_bwd(16384, bf16, bf16, true, false, "row=bulk,ept=32,refill=early").plan;
@@ -101,12 +116,15 @@ TEST_F(RmsNormKernelSweep, BackwardEarlyRefillCompilesWithoutSpills) {
         std::tuple{262144, bf16, bf16, "row=bulk,reads=shared,refill=early"},
         std::tuple{20000, f32, f32, "row=bulk,refill=early"}, std::tuple{8192, f16, f16, "row=bulk,ept=16,refill=early"},
         std::tuple{16384, bf16, bf16, "row=bulk,cluster=2,refill=early"}})
-    for (const bool center : {false, true}) {
-      const RmsBwdSpec b = planned_bwd(n, x, w, center, false, override_text);
-      // LayerNorm's sums leave no registers for the held vectors at N=16384 on one CTA,
-      // 65536 over 4 and 262144 over 16 (BackwardEarlyRefillRefusedWhereItCannotApply).
-      if (!b.plan.early_refill) continue;
-      kernels += expect_bwd_clean(b, "sm_90a");
-    }
-  EXPECT_GE(kernels, 15);
+    for (const bool center : {false, true})
+      for (const bool dro : {false, true}) {
+        const RmsBwdSpec b = planned_bwd(n, x, w, center, dro, override_text);
+        // Where the sums leave no registers for the held vectors the ring refills late
+        // (BackwardEarlyRefillWhereItApplies): not this test's kernels.
+        if (!b.plan.early_refill) continue;
+        kernels += expect_bwd_clean(b, "sm_90a");
+      }
+  // LayerNorm bf16 with dresidual_out at N=32768 over four CTAs (the H100 class's own ring).
+  kernels += expect_bwd_clean(planned_bwd(32768, bf16, bf16, true, true, "row=bulk,cluster=4,refill=early"), "sm_90a");
+  EXPECT_GE(kernels, 25);
 }

@@ -114,14 +114,15 @@ def test_backward_bulk_rows_own_plan(op, with_res, n):
 
 
 # refill=early (RowPlan::early_refill, norm_bwd_bulk_kernel's EARLY_REFILL): pass 1 keeps
-# h and dout in registers and the stage is refilled before pass 2. Each branch of the
+# h, dout and dresidual_out in registers and the stage is refilled before pass 2. Each branch of the
 # ring's row loop: one CTA of one row a stage (bf16 N=16384, four vectors a thread), rows
 # of 128 threads four a stage (N=2048, LayerNorm and RMSNorm) and of one warp sixteen a
 # stage (N=256: its own CTA barrier), clusters on the pointer reads (fp32 N=65536, an fp32
 # weight beside bf16 rows, uneven slices at N=20000) and on the shared reads (RMSNorm bf16
-# N=262144 over 16). Where the held vectors do not fit (LayerNorm bf16 at four vectors a
-# thread: N=65536 over 4, 262144 over 16) or with dresidual_out the ring refills after
-# pass 2; tests/cpp/test_backward_early_refill.cpp tells which.
+# N=262144 over 16), with and without dresidual_out. Where the held vectors do not fit
+# (LayerNorm bf16 at four vectors a thread: N=65536 over 4, 262144 over 16; with
+# dresidual_out RMSNorm's too) the ring refills after pass 2;
+# tests/cpp/test_backward_early_refill.cpp tells which.
 EARLY_REFILL_CASES = [
     pytest.param("row=bulk,ept=32,refill=early", BF16, BF16, 601, 16384, id="bf16-N16384-ept32"),
     pytest.param("row=bulk,cluster=2,refill=early", BF16, BF16, 601, 16384, id="bf16-N16384-cluster2"),
@@ -135,13 +136,10 @@ EARLY_REFILL_CASES = [
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "dresidual_out"])
 @pytest.mark.parametrize("override,xdt,wdt,m,n", EARLY_REFILL_CASES)
-def test_backward_bulk_rows_early_refill(override, op, xdt, wdt, m, n):
-    test_backward_bulk_rows(override, op, False, xdt, wdt, m, n)
-
-
-def test_backward_bulk_rows_early_refill_refused_with_dresidual_out():
-    test_backward_bulk_rows("row=bulk,ept=32,refill=early", "rmsnorm", True, BF16, BF16, 601, 16384)
+def test_backward_bulk_rows_early_refill(override, op, with_res, xdt, wdt, m, n):
+    test_backward_bulk_rows(override, op, with_res, xdt, wdt, m, n)
 
 
 def test_backward_bulk_rows_per_head():

@@ -63,12 +63,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
                 "16-byte vectors of h, whole 16-byte items of dout and dresidual_out");
   static_assert(Cfg::SLICE_V * CLUSTER == Cfg::NV, "every CTA's slice is SLICE_V vectors");
   static_assert(STAGES >= 2, "a ring of at least two stages");
-  // EARLY_REFILL: pass 1 keeps the row's h and dout (16 bytes a vector each) in
-  // registers, so its stage is refilled at the CTA barrier of the row's sums, before
-  // pass 2 and the stores, not after them: the ring's next copy is in flight for
-  // pass 2's time too. dresidual_out would be read from the stage in pass 2: none.
-  static_assert(!EARLY_REFILL || (is_none<DRO> && sizeof(DY) == sizeof(X)),
-                "an early refill keeps h and dout in registers: no dresidual_out, dout of h's width");
+  // EARLY_REFILL: pass 1 keeps the row's h, dout and dresidual_out (16 bytes a vector
+  // each) in registers, so its stage is refilled at the CTA barrier of the row's sums,
+  // before pass 2 and the stores, not after them: the ring's next copy is in flight
+  // for pass 2's time too.
+  static_assert(!EARLY_REFILL || (sizeof(DY) == sizeof(X) && (is_none<DRO> || sizeof(DRO) == sizeof(X))),
+                "an early refill keeps 16-byte vectors in registers: dout and dresidual_out of h's width");
   constexpr int SLICE_ELEMS = Cfg::SLICE_V * VEC;
   constexpr bool DW = !is_none<W>;
   constexpr int K = CENTER ? 2 : 1;  // the row's sums: of g * xhat, and LayerNorm's of g
@@ -196,9 +196,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     }
   };
 
-  // EARLY_REFILL: the thread's vectors of h and dout of the row, as pass 1 read them.
+  // EARLY_REFILL: the thread's vectors of h, dout and dresidual_out of the row, as
+  // pass 1 read them.
   constexpr int HELD = EARLY_REFILL ? Cfg::ITEMS : 1;
-  unsigned held_h[HELD][4], held_d[HELD][4];
+  constexpr int HELD_DRO = EARLY_REFILL && !is_none<DRO> ? Cfg::ITEMS : 1;
+  unsigned held_h[HELD][4], held_d[HELD][4], held_dro[HELD_DRO][4];
   auto expand_held = [&](const Row& row, int k, bool xh_scaled, float (&xh)[VEC], float (&g)[VEC], float (&d)[VEC]) {
     const int v = t.slice_vector(k);
     if constexpr (SHARED_EXPAND) {
@@ -249,6 +251,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
         const int v = t.slice_vector(k);
         load_shared_words(stage(s) + sub * L.x_bytes + v * 16, held_h[k]);
         load_shared_words(stage(s) + DY_AT + sub * DY_BYTES + v * 16, held_d[k]);
+        if constexpr (!is_none<DRO>) load_shared_words(stage(s) + DRO_AT + sub * DRO_BYTES + v * 16, held_dro[k]);
         expand_held(row, k, true, xh, gv, d);
       } else {
         expand_item(row, s, k, true, xh, gv, d);
@@ -303,9 +306,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       float xh[VEC], gv[VEC], d[VEC];
       if constexpr (EARLY_REFILL) {
         expand_held(row, k, !SHARED_EXPAND, xh, gv, d);
-      } else {
-        expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
+        if constexpr (is_none<DRO>) {
+          row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means, static_cast<const DRO*>(nullptr));
+        } else {
+          union {
+            unsigned w[4];
+            typename Row::DroPacked pk;
+          } dro;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) dro.w[j] = held_dro[k][j];
+          row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means, dro.pk);
+        }
+        return;
       }
+      expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
       row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means,
                       reinterpret_cast<const DRO*>(stage(s) + DRO_AT + sub * DRO_BYTES +
                                                    t.slice_vector(k) * (VEC * size_or_zero<DRO>)));
