@@ -299,7 +299,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
     means.g_mean = CENTER ? sums[K - 1] / static_cast<float>(Cfg::N) : 0.f;
     return means;
   };
-  // Pass 2: dx (and dresidual) of a row in stage s, from the stage again.
+  // Pass 2: dx (and dresidual) of a row in stage s, from the stage again (under
+  // EARLY_REFILL from the registers pass 1 filled: the stage may be refilling).
   auto pass2 = [&](const Row& row, int s, bool active, const RowDots& means) {
     for_each_item<Cfg>([&](int k) {
       if (!active || !t.owns(k)) return;
