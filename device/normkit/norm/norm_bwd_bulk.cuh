@@ -307,17 +307,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) norm_bwd_bulk_k
       float xh[VEC], gv[VEC], d[VEC];
       if constexpr (EARLY_REFILL) {
         expand_held(row, k, !SHARED_EXPAND, xh, gv, d);
-        if constexpr (is_none<DRO>) {
-          row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means, static_cast<const DRO*>(nullptr));
-        } else {
-          union {
-            unsigned w[4];
-            typename Row::DroPacked pk;
-          } dro;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) dro.w[j] = held_dro[k][j];
-          row.template store_dx_at<!SHARED_EXPAND>(t.column(k), xh, gv, means, dro.pk);
-        }
+        float dro[VEC] = {};
+        if constexpr (!is_none<DRO>) widen_words<DRO, VEC>(held_dro[k], dro);
+        row.template store_dx_fused<!SHARED_EXPAND>(t.column(k), xh, gv, means, dro);
         return;
       }
       expand_item(row, s, k, !SHARED_EXPAND, xh, gv, d);
