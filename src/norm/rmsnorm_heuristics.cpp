@@ -101,6 +101,7 @@ RowPlanInputs with_measured_bulk_rows(const RowPlanInputs& in) {
   out.forced_cta_threads = ctas.threads;
   out.forced_min_blocks = ctas.blocks;
   out.forced_bulk_stages = ctas.stages;
+  out.forced_early_refill = in.backward && bulk_backward_early_refill_measured(in);
   return out;
 }
 

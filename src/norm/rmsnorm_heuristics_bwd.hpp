@@ -113,5 +113,8 @@ BulkRingCtas bulk_backward_measured_ctas(const RowPlanInputs& in);
 // several whole rows a stage: the columns a thread (ept=) it measured fastest at, or
 // 0 where the plan's own rows stay.
 int bulk_backward_short_rows_ept(const RowPlanInputs& in);
+// Whether such a planned ring also takes refill=early (RowPlan::early_refill; where its
+// held vectors fit, with_bulk_backward_rows): the rows it measured faster on.
+bool bulk_backward_early_refill_measured(const RowPlanInputs& in);
 
 }  // namespace normkit::norm::detail

@@ -197,6 +197,26 @@ int bulk_backward_short_rows_ept(const RowPlanInputs& in) {
   return in.n == 8192 ? 16 : 0;
 }
 
+// refill=early (RowPlan::early_refill) on the H100's memory class, three rows that sat on
+// the sweeps' cliffs (issue 4's "each N within 5 % of its neighbours"). NVIDIA H100 80GB
+// HBM3, M*N = 2^27, ratio to copy, own plan -> the same plan with refill=early, two runs
+// each in each of two calls (scripts/plan_cases/bwd-early-refill-h100.txt at 03871f9,
+// bwd-early-refill-h100-confirm.txt at 9504b5d; docs/perf/h200-2026-12-07i.md):
+//   LayerNorm bf16 with dresidual_out N=32768 (four 512-thread CTAs) 0.918 / 0.921 ->
+//   0.943 / 0.947 (neighbours 0.990 at 16384, 0.954 at 65536);
+//   RMSNorm fp32 N=65536 (the ring over 8 CTAs) 0.946 / 0.937 -> 0.953 / 0.951
+//   (neighbours 0.985 at 32768, 0.997 at 131072);
+//   RMSNorm bf16 N=16384 (one row a stage at ept=32) 0.915 / 0.913 -> 0.921 / 0.921
+//   (still 5.7 % under N=8192's 0.977).
+// Slower, so not taken: LayerNorm bf16 N=1024/2048 at ept=16 (0.907 / 0.916 -> 0.899 /
+// 0.907), LayerNorm bf16 N=16384 over two CTAs (0.898 -> 0.890), RMSNorm bf16 N=8192 at
+// ept=16 (0.977 -> 0.937) and N=16384 over two CTAs (0.884). Not measured on the H200.
+bool bulk_backward_early_refill_measured(const RowPlanInputs& in) {
+  if (in.any_forced() || in.arch != 90 || !in.slower_memory() || in.x_fp16 || in.few_rows) return false;
+  if (in.x_bytes == 2) return in.center ? in.residual && in.n == 32768 : !in.residual && in.n == 16384;
+  return in.x_bytes == 4 && !in.center && !in.residual && in.n == 65536;
+}
+
 // RowPlan::shared_reads of a bulk ring plan `p`: it needs the weight's slice beside the
 // stages (weight_smem; without a weight there is no pointer to test). Where the plans
 // take it themselves: the row loop of LayerNorm bf16 N=65536 (ring over 4 CTAs) has

@@ -40,7 +40,8 @@ TEST(RmsNormPlan, BackwardEarlyRefillOverrideParses) {
 
 // Taken where the ring is planned, with registers for the held vectors (four registers
 // each of h, dout and dresidual_out an item) beside the dw/db sums; the ring's shape is the one the
-// override gives without refill=early. The plans never take it by themselves. The
+// override gives without refill=early. The plans of an unknown or the H200's memory class
+// never take it by themselves (the H100's: test_memory_class_plans.cpp). The
 // shapes are tests/python/test_backward_bulk_rows_gpu.py's (EARLY_REFILL_CASES), both
 // norms.
 TEST(RmsNormPlan, BackwardEarlyRefillWhereItApplies) {

@@ -76,7 +76,7 @@ TEST(MemoryClass, LayerNormBf16BackwardRows) {
   EXPECT_EQ(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, 0, "row=bulk,cluster=16,cta=256,minb=2"));
   EXPECT_NE(bwd_kernel(s128k, kH100Gbps), bwd_kernel(s128k, kH200Gbps));
   const RmsBwdSpec dro32k = norm_bwd_spec(32768, bf16, bf16, true, true);
-  EXPECT_EQ(bwd_kernel(dro32k, kH100Gbps), bwd_kernel(dro32k, 0, "row=bulk,cluster=4"));
+  EXPECT_EQ(bwd_kernel(dro32k, kH100Gbps), bwd_kernel(dro32k, 0, "row=bulk,cluster=4,refill=early"));
   EXPECT_EQ(bwd_kernel(dro32k, kH200Gbps), bwd_kernel(dro32k, 0, "row=bulk,cluster=8,cta=256,minb=2"));
   // Not where it was not measured: N=256, RMSNorm's short rows, dresidual_out, N=262144.
   for (const RmsBwdSpec& o : {norm_bwd_spec(256, bf16, bf16, true, false), norm_bwd_spec(2048, bf16, bf16, false, false),
@@ -94,8 +94,7 @@ TEST(MemoryClass, RmsNormBf16BackwardLongRows) {
               bwd_kernel(s, 0, "row=bulk,cluster=" + std::to_string(n / 8192) + ",cta=256,minb=2"))
         << n;
   }
-  for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(16384, bf16, bf16, false, false),
-                              norm_bwd_spec(65536, bf16, bf16, false, true), norm_bwd_spec(2048, bf16, bf16, false, false),
+  for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(65536, bf16, bf16, false, true), norm_bwd_spec(2048, bf16, bf16, false, false),
                               norm_bwd_spec(4096, bf16, bf16, false, true)})
     EXPECT_EQ(bwd_kernel(o, kH100Gbps), bwd_kernel(o, kH200Gbps)) << o.n << " dro " << o.dresidual_out.has_value();
 }
@@ -109,6 +108,41 @@ TEST(MemoryClass, RmsNormBf16BackwardShortRows) {
   EXPECT_EQ(h100, bwd_kernel(s, 0, "row=bulk,ept=8"));
   EXPECT_NE(h100.find("norm_bwd_bulk_kernel<"), std::string::npos) << h100;
   EXPECT_EQ(bwd_kernel(s, kH200Gbps).find("norm_bwd_bulk_kernel<"), std::string::npos);
+}
+
+// refill=early on the H100's class (bulk_backward_early_refill_measured): LayerNorm bf16
+// with dresidual_out N=32768, RMSNorm fp32 N=65536, RMSNorm bf16 N=16384, each the ring the
+// plan already took with its stage refilled early; the H200's class and the neighbour
+// rows keep the late refill.
+TEST(MemoryClass, BackwardEarlyRefillRows) {
+  struct Row {
+    RmsBwdSpec spec;
+    const char* forced;
+  };
+  for (const Row& r : {Row{norm_bwd_spec(32768, bf16, bf16, true, true), "row=bulk,cluster=4"},
+                       Row{norm_bwd_spec(65536, f32, f32, false, false), "row=bulk"},
+                       Row{norm_bwd_spec(16384, bf16, bf16, false, false), "row=bulk,ept=32"}}) {
+    const std::string h100 = bwd_kernel(r.spec, kH100Gbps);
+    EXPECT_EQ(h100, bwd_kernel(r.spec, 0, std::string(r.forced) + ",refill=early")) << r.spec.n;
+    EXPECT_NE(h100, bwd_kernel(r.spec, 0, r.forced)) << r.spec.n;
+    RmsBwdSpec h200 = r.spec;
+    h200.memory_gbps = kH200Gbps;
+    EXPECT_FALSE(plan_bwd(h200, 8, 90).early_refill) << r.spec.n;
+    RmsBwdSpec sm100 = r.spec;
+    sm100.memory_gbps = kH100Gbps;
+    EXPECT_FALSE(plan_bwd(sm100, 8, 100).early_refill) << r.spec.n;
+  }
+  for (const RmsBwdSpec& o :
+       {norm_bwd_spec(16384, bf16, bf16, true, true), norm_bwd_spec(65536, bf16, bf16, true, true),
+        norm_bwd_spec(32768, bf16, bf16, true, false), norm_bwd_spec(32768, f32, f32, false, false),
+        norm_bwd_spec(131072, f32, f32, false, false), norm_bwd_spec(65536, f32, f32, false, true),
+        norm_bwd_spec(65536, f32, f32, true, false), norm_bwd_spec(8192, bf16, bf16, false, false),
+        norm_bwd_spec(16384, bf16, bf16, true, false), norm_bwd_spec(2048, bf16, bf16, true, false),
+        norm_bwd_spec(16384, f16, f16, false, false)}) {
+    RmsBwdSpec s = o;
+    s.memory_gbps = kH100Gbps;
+    EXPECT_FALSE(plan_bwd(s, 8, 90).early_refill) << o.n << " center " << o.center << " x " << dtype_size(o.x);
+  }
 }
 
 // fp32 forward rows the H100's class keeps in registers (row=regs) where the H200's
