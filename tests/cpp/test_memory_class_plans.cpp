@@ -94,8 +94,8 @@ TEST(MemoryClass, RmsNormBf16BackwardLongRows) {
               bwd_kernel(s, 0, "row=bulk,cluster=" + std::to_string(n / 8192) + ",cta=256,minb=2"))
         << n;
   }
-  for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(65536, bf16, bf16, false, true), norm_bwd_spec(2048, bf16, bf16, false, false),
-                              norm_bwd_spec(4096, bf16, bf16, false, true)})
+  for (const RmsBwdSpec& o : {norm_bwd_spec(131072, bf16, bf16, false, false), norm_bwd_spec(65536, bf16, bf16, false, true),
+                              norm_bwd_spec(2048, bf16, bf16, false, false), norm_bwd_spec(4096, bf16, bf16, false, true)})
     EXPECT_EQ(bwd_kernel(o, kH100Gbps), bwd_kernel(o, kH200Gbps)) << o.n << " dro " << o.dresidual_out.has_value();
 }
 
