@@ -143,13 +143,13 @@ def test_backward_bulk_rows_early_refill(override, op, with_res, xdt, wdt, m, n)
 
 
 # The rows whose own plan takes refill=early on the H100's memory class (under 4 TB/s;
-# bulk_backward_early_refill_measured): LayerNorm bf16 with dresidual_out N=32768, RMSNorm
-# bf16 N=16384 and fp32 N=65536. On the H200's class these run the late refill, so the
-# test holds on either; tests/cpp/test_memory_class_plans.cpp tells which plan each class gets.
-@pytest.mark.parametrize("op,with_res,xdt,n", [
-    ("layernorm", True, BF16, 32768), ("rmsnorm", False, BF16, 16384), ("rmsnorm", False, FP32, 65536)])
-def test_backward_early_refill_own_plan(op, with_res, xdt, n):
-    test_backward_bulk_rows("", op, with_res, xdt, xdt, (1 << 23) // n + 5, n)
+# bulk_backward_early_refill_measured): LayerNorm bf16 with dresidual_out N=32768 and
+# RMSNorm bf16 N=16384 are test_backward_bulk_rows_own_plan's; RMSNorm fp32 N=65536 here.
+# On the H200's class these run the late refill, so the tests hold on either;
+# tests/cpp/test_memory_class_plans.cpp tells which plan each class gets.
+def test_backward_early_refill_own_plan():
+    n = 65536
+    test_backward_bulk_rows("", "rmsnorm", False, FP32, FP32, (1 << 23) // n + 5, n)
 
 
 def test_backward_bulk_rows_per_head():
