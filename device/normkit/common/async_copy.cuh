@@ -100,14 +100,36 @@ __device__ __forceinline__ void fence_async_shared() {
 #endif
 }
 
+// How the bulk copies ask L2 to keep what they read: a build switch for measuring (the
+// README's NORMKIT_NVRTC_FLAGS, -DNK_BULK_LOAD_CACHE=M). 0 (default): no hint, the code
+// every measurement in docs/perf/ ran. 1: an L2::cache_hint of an evict-first policy
+// (createpolicy.fractional, the whole range), so that rows read once give up their lines
+// before the outputs' and the next rows' do: the loads' side of NK_STORE_CACHE, which
+// measured +1-6 % on an H100's backward rows (docs/perf/h200-2026-12-07c.md).
+#ifndef NK_BULK_LOAD_CACHE
+#define NK_BULK_LOAD_CACHE 0
+#endif
+static_assert(NK_BULK_LOAD_CACHE == 0 || NK_BULK_LOAD_CACHE == 1, "NK_BULK_LOAD_CACHE is 0 or 1");
+
 __device__ __forceinline__ void bulk_load(void* shared_dst, const void* global_src, unsigned bytes,
                                           unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if NK_BULK_LOAD_CACHE == 1
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+      ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(shared_dst))),
+      "l"(__cvta_generic_to_global(global_src)), "r"(bytes),
+      "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "l"(policy)
+      : "memory");
+#else
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(shared_dst))),
                "l"(__cvta_generic_to_global(global_src)), "r"(bytes),
                "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar)))
                : "memory");
+#endif
 #else
   __trap();
 #endif
