@@ -261,6 +261,8 @@ def _print_report(out, report, selftest):
             else:
                 gbps = gpu.get("memory_gbps") or 0
                 memory = f"{gbps} (H100 plans)" if gpu.get("slower_memory") else (str(gbps) if gbps else "unknown")
+                if gpu.get("driver_memory_gbps", gbps) != gbps:
+                    memory += " *"
                 # Under MPS with an active-thread limit the process may use fewer SMs than the
                 # device has; the grids are sized for those (runtime_device.cpp, device_info).
                 sms = gpu["sm_count"]
@@ -271,6 +273,11 @@ def _print_report(out, report, selftest):
                 row.append(gpu["selftest"])
             rows.append(row)
         out.table(columns, rows, title="GPUs")
+        for gpu in report["gpus"]:
+            driver_gbps = gpu.get("driver_memory_gbps", gpu.get("memory_gbps"))
+            if not gpu["error"] and driver_gbps != gpu.get("memory_gbps"):
+                out.line(f"* GPU {gpu['ordinal']}: the plans read NORMKIT_MEMORY_GBPS={gpu['memory_gbps']}, "
+                         f"not the driver's {driver_gbps or 'unknown'} GB/s")
         if selftest:
             for gpu in report["gpus"]:
                 if gpu["selftest"] == "FAIL":

@@ -3,6 +3,7 @@
 // plans are built as the CUDA dispatch builds them (rmsnorm_cuda.cpp) so that a
 // precompiled cache holds exactly what a call will ask for.
 #include <initializer_list>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
@@ -29,6 +30,13 @@ std::string describe(const NormVariant& v, bool center) {
   if (v.backward) os << " dout=" << opt(v.dout);
   if (!v.backward) os << " rstd=" << (v.store_rstd ? 1 : 0);
   return os.str();
+}
+
+// The memory classes a compile-only target may be (RowPlanInputs::slower_memory): both,
+// or the one NORMKIT_MEMORY_GBPS names, as a call on a device would plan under it.
+std::vector<int> memory_classes() {
+  if (const int forced = rt::Runtime::instance().config().memory_gbps; forced > 0) return {forced};
+  return {std::begin(detail::RowPlanInputs::kMemoryClasses), std::end(detail::RowPlanInputs::kMemoryClasses)};
 }
 
 std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center, const std::string& arch) {
@@ -64,11 +72,10 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
     // another still (with_decode_rows), devices that cannot hold a row group at once
     // the plan without grouped rows, and the in-place fused add (residual_out over the
     // residual, out over x) grouped rows of its own (RmsFwdSpec::in_place): each
-    // kernel once. A compile-only target may be either memory class
-    // (RowPlanInputs::slower_memory).
+    // kernel once. A compile-only target may be either memory class (memory_classes).
     const bool fused_add_shape = s.residual && s.residual_out == s.residual && s.out == s.x;
     std::vector<rt::KernelSource> fwd;
-    for (const int memory_gbps : detail::RowPlanInputs::kMemoryClasses)
+    for (const int memory_gbps : memory_classes())
     for (const bool group_rows : {switches.group_rows, false})
     for (const bool in_place : {false, fused_add_shape})
     for (const auto& [few_rows, decode_rows] : {std::pair{false, false}, {true, false}, {true, true}}) {
@@ -114,7 +121,7 @@ std::vector<rt::KernelSource> variant_sources(const NormVariant& v, bool center,
   // Per-head calls (many_heads) may plan otherwise too (no wait in split rows), and
   // devices that cannot hold a row group at once without grouped rows; and either
   // memory class.
-  for (const int memory_gbps : detail::RowPlanInputs::kMemoryClasses)
+  for (const int memory_gbps : memory_classes())
   for (const bool group_rows : {switches.group_rows, false})
   for (const bool few_rows : {false, true})
   for (const bool many_heads : {false, true}) {

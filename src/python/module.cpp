@@ -187,6 +187,7 @@ NB_MODULE(_C, m) {
     d["sm_count"] = info.sm_count;
     d["device_sm_count"] = info.device_sm_count;
     d["memory_gbps"] = info.memory_gbps;
+    d["driver_memory_gbps"] = info.driver_memory_gbps;
     d["slower_memory"] = normkit::rt::slower_memory(info.memory_gbps);
     d["target"] = info.target.str();
     return d;

@@ -169,6 +169,18 @@ Config Config::from_environment() {
              "' is not a whole number of microseconds (>= 0)");
     c.sync_timeout_us = us;
   }
+  if (auto g = env_string("NORMKIT_MEMORY_GBPS"); !g.empty()) {
+    std::size_t used = 0;
+    long gbps = 0;
+    try {
+      gbps = std::stol(g, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    NK_CHECK(used == g.size() && g[0] >= '1' && g[0] <= '9' && gbps <= 100000, "NORMKIT_MEMORY_GBPS='", g,
+             "' is not a whole number of GB/s from 1 to 100000 (the peak DRAM bandwidth the plans read)");
+    c.memory_gbps = static_cast<int>(gbps);
+  }
   c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
   c.async_rows = env_switch("NORMKIT_ASYNC_ROWS", c.async_rows);
   c.params_smem = env_switch("NORMKIT_PARAMS_SMEM", c.params_smem);

@@ -21,6 +21,22 @@ int context_sm_count(CUcontext ctx) {
   return static_cast<int>(affinity.param.smCount.val);
 }
 
+// `info` as the plans read it: NORMKIT_MEMORY_GBPS (`forced`, 0 where unset) in place of
+// the driver's bandwidth. Applied at each read rather than cached, so that a reloaded
+// configuration takes effect on devices already seen.
+// Said once per device and value where it differs from the driver's.
+DeviceInfo with_memory_override(DeviceInfo info, int forced) {
+  if (forced <= 0) return info;
+  if (forced != info.driver_memory_gbps)
+    warn_once("memory-gbps-" + std::to_string(info.ordinal) + "-" + std::to_string(forced),
+              "device " + std::to_string(info.ordinal) + ": the plans read NORMKIT_MEMORY_GBPS=" +
+                  std::to_string(forced) + " GB/s (" + (slower_memory(forced) ? "an H100's" : "an H200's") +
+                  " memory class) instead of the driver's " +
+                  (info.driver_memory_gbps > 0 ? std::to_string(info.driver_memory_gbps) : std::string("unknown")));
+  info.memory_gbps = forced;
+  return info;
+}
+
 }  // namespace
 
 int Runtime::device_count() {
@@ -33,8 +49,13 @@ int Runtime::device_count() {
 
 DeviceInfo Runtime::device_info(int device) {
   {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (auto it = impl_->devices.find(device); it != impl_->devices.end()) return it->second;
+    std::unique_lock<std::mutex> lock(impl_->mutex);
+    if (auto it = impl_->devices.find(device); it != impl_->devices.end()) {
+      DeviceInfo known = it->second;
+      const int forced = impl_->config.memory_gbps;
+      lock.unlock();
+      return with_memory_override(std::move(known), forced);
+    }
   }
   const int count = device_count();
   NK_CHECK(device >= 0 && device < count, "device ", device, " does not exist (", count, " CUDA device(s) visible)");
@@ -70,9 +91,15 @@ DeviceInfo Runtime::device_info(int device) {
   if (d.cuDeviceGetAttribute(&memory_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) == CUDA_SUCCESS &&
       d.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) == CUDA_SUCCESS)
     info.memory_gbps = memory_gbps(memory_khz, bus_bits);
+  info.driver_memory_gbps = info.memory_gbps;
   info.target = resolve_target(info.cc_major, info.cc_minor, toolchain(true));
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->devices.emplace(device, info).first->second;
+  int forced = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    info = impl_->devices.emplace(device, info).first->second;
+    forced = impl_->config.memory_gbps;
+  }
+  return with_memory_override(std::move(info), forced);
 }
 
 Target Runtime::target_for_device(int device) {

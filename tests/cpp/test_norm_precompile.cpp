@@ -44,7 +44,9 @@ std::string error_of(const std::function<void()>& call) {
 // few rows (the backward's on either memory class), each once.
 std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, bool smem_sums = true,
                                           bool async_rows = true, const std::string& fwd_plan = "",
-                                          const std::string& bwd_plan = "") {
+                                          const std::string& bwd_plan = "",
+                                          const std::vector<int>& memory_classes = {RowPlanInputs::kMemoryClasses[0],
+                                                                                    RowPlanInputs::kMemoryClasses[1]}) {
   const int arch = normkit::rt::Target::parse(kArch).arch;
   if (!v.backward) {
     RmsFwdSpec s;
@@ -70,7 +72,7 @@ std::vector<std::string> dispatch_entries(const NormVariant& v, bool center, boo
   }
   std::vector<std::string> entries;
   // Either memory class's plans (an H200's, then an H100's: RowPlanInputs::slower_memory).
-  for (const int memory_gbps : RowPlanInputs::kMemoryClasses)
+  for (const int memory_gbps : memory_classes)
   for (const bool few_rows : {false, true})
   for (const bool many_heads : {false, true}) {  // per-head calls: no wait in split rows
     RmsBwdSpec s;
@@ -214,6 +216,30 @@ TEST_F(NormPrecompile, PlanSwitchesReachThePrecompiledPlans) {
     EXPECT_EQ(off, dispatch_entries(v, false, false, false));
     EXPECT_NE(off, on);
   }
+}
+
+// NORMKIT_MEMORY_GBPS names the memory class a compile-only target plans for, as a call
+// on a device plans under it: RMSNorm bf16's backward at N=32768 takes two 256-thread
+// CTAs an SM on an H200's class and a cluster of four 512-thread CTAs on an H100's.
+TEST_F(NormPrecompile, MemoryGbpsNamesOneClass) {
+  RmsNormVariant v;
+  static_cast<NormVariant&>(v) = bwd_variant(32768);
+  v.bias = std::nullopt;
+  v.residual = std::nullopt;
+  auto entries = [&](const char* gbps) {
+    setenv("NORMKIT_MEMORY_GBPS", gbps, 1);
+    normkit::rt::Runtime::instance().reload_config();
+    std::vector<std::string> out;
+    for (const PrecompiledKernel& k : rmsnorm_precompile(v, kArch)) out.push_back(k.template_args);
+    unsetenv("NORMKIT_MEMORY_GBPS");
+    normkit::rt::Runtime::instance().reload_config();
+    return out;
+  };
+  const std::vector<std::string> h100 = entries("3352"), h200 = entries("4916");
+  EXPECT_EQ(h100, dispatch_entries(v, false, true, true, "", "", {3352}));
+  EXPECT_EQ(h200, dispatch_entries(v, false, true, true, "", "", {0}));
+  EXPECT_NE(h100, h200);
+  EXPECT_EQ(rmsnorm_precompile_count(v, kArch), dispatch_entries(v, false).size());
 }
 
 // A cache precompiled under NORMKIT_FORWARD_PLAN / NORMKIT_BACKWARD_PLAN holds the

@@ -19,6 +19,7 @@ struct FakeProbe {
   int (*last_launch_cooperative)() = nullptr;  // the last launch's cooperative attribute
   unsigned (*last_launch_shared_bytes)() = nullptr;  // the last launch's dynamic shared memory a CTA
   int (*last_launch_carveout)() = nullptr;  // the last launch's preferred carveout, percent (-1: none)
+  unsigned (*last_launch_block)() = nullptr;  // the last launch's threads a CTA (x)
 };
 
 // Fills `probe` from the fake driver the runtime opens (NORMKIT_CUDA_DRIVER_PATH,
@@ -40,9 +41,10 @@ inline void open_fake_driver(FakeProbe* probe) {
   probe->last_launch_cooperative = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_last_launch_cooperative"));
   probe->last_launch_shared_bytes = reinterpret_cast<unsigned (*)()>(dlsym(h, "fake_cuda_last_launch_shared_bytes"));
   probe->last_launch_carveout = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_last_launch_carveout"));
+  probe->last_launch_block = reinterpret_cast<unsigned (*)()>(dlsym(h, "fake_cuda_last_launch_block"));
   ASSERT_TRUE(probe->module_loads && probe->launches && probe->last_launch && probe->device_pointer &&
               probe->capturing_stream && probe->func_attribute_calls && probe->last_launch_cooperative &&
-              probe->last_launch_shared_bytes && probe->last_launch_carveout);
+              probe->last_launch_shared_bytes && probe->last_launch_carveout && probe->last_launch_block);
   char dir[] = "/tmp/normkit-fake-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   setenv("NORMKIT_CACHE_DIR", dir, 1);

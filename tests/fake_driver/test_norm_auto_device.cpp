@@ -436,3 +436,40 @@ TEST_F(NormAutoDevice, NoContextSmLimitKeepsTheDeviceCount) {
   EXPECT_EQ(info.sm_count, 132);
   EXPECT_EQ(info.device_sm_count, 132);
 }
+
+// NORMKIT_MEMORY_GBPS: the plans read the bandwidth it gives instead of the driver's (the
+// fake reports none without FAKE_CUDA_MEMORY: unknown, so the H200's plans). RMSNorm fp32
+// forward at N=16384 takes rows of 512 threads on the H200's class and of 1024 on the
+// H100's (rmsnorm_heuristics_fwd.cpp, test_memory_class_plans.cpp); device_info keeps the
+// driver's beside it, and a value that is not a bandwidth is an error naming the variable.
+TEST_F(NormAutoDevice, MemoryGbpsReachesThePlans) {
+  using normkit::rt::Runtime;
+  auto block = [&] {
+    rmsnorm_fwd(plain_rows(16384, DType::kFloat32, true));
+    return probe_.last_launch_block();
+  };
+  const int driver = Runtime::instance().device_info(0).driver_memory_gbps;
+  ASSERT_FALSE(normkit::rt::slower_memory(driver)) << driver;
+  EXPECT_EQ(Runtime::instance().device_info(0).memory_gbps, driver);
+  EXPECT_EQ(block(), 512u);
+  {
+    ScopedEnv env({{"NORMKIT_MEMORY_GBPS", "3352"}});
+    const normkit::rt::DeviceInfo info = Runtime::instance().device_info(0);
+    EXPECT_EQ(info.memory_gbps, 3352);
+    EXPECT_EQ(info.driver_memory_gbps, driver);
+    EXPECT_EQ(block(), 1024u);
+  }
+  EXPECT_EQ(Runtime::instance().device_info(0).memory_gbps, driver);
+  EXPECT_EQ(block(), 512u);
+  for (const char* bad : {"0", "-3352", "fast", "3352GB", "200000"}) {
+    setenv("NORMKIT_MEMORY_GBPS", bad, 1);
+    try {
+      Runtime::instance().reload_config();
+      ADD_FAILURE() << "NORMKIT_MEMORY_GBPS=" << bad << " was accepted";
+    } catch (const normkit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NORMKIT_MEMORY_GBPS"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("NORMKIT_MEMORY_GBPS");
+  Runtime::instance().reload_config();
+}

@@ -9,6 +9,7 @@ bench JSON is committed. The GPU run (marked `gpu`) repeats it on the device.
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -26,9 +27,10 @@ TINY = ("--device", "cpu", "--dtypes", "bf16", "--n", "1024", "--elements", "2^1
         "--residual", "without", "--reps", "2", "--warmup", "0", "--host-calls", "10", "--no-plot")
 
 
-def run_bench(*args, timeout=300):
+def run_bench(*args, timeout=300, env=None):
     return subprocess.run([sys.executable, "-m", "normkit", "bench", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout, cwd=REPO)
+                          stdin=subprocess.DEVNULL, timeout=timeout, cwd=REPO,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def problems(doc):
@@ -43,7 +45,9 @@ def quick_cpu(tmp_path_factory):
     """(completed process, bench.json as a dict, output folder) of `normkit bench --quick --device cpu --op all`."""
     pytest.importorskip("torch", reason="normkit bench needs PyTorch")
     out = tmp_path_factory.mktemp("bench-quick-cpu")
-    result = run_bench("--quick", "--device", "cpu", "--op", "all", "--out", str(out))
+    # A switch the record must carry (NORMKIT_MEMORY_GBPS changes no CPU row).
+    result = run_bench("--quick", "--device", "cpu", "--op", "all", "--out", str(out),
+                       env={"NORMKIT_MEMORY_GBPS": "3352"})
     assert result.returncode == 0, result.stdout + result.stderr
     with open(out / "bench.json") as f:
         return result, json.load(f), out
@@ -63,6 +67,9 @@ def test_quick_cpu_run_is_valid_and_complete(quick_cpu):
     assert meta["command"].startswith("normkit bench --quick")
     assert meta["options"]["ops"] == list(options.OPS)
     assert meta["reference_copy"]["gbps"] > 0
+    # The NORMKIT_ switches it ran under, but the commit (meta["commit"]).
+    assert meta["normkit_environment"]["NORMKIT_MEMORY_GBPS"] == "3352"
+    assert "NORMKIT_COMMIT" not in meta["normkit_environment"]
     # Every case has a checked, timed row for normkit and for eager: nothing dropped.
     shapes_per_variant = len(options.DEFAULTS["n"][1]) + len(options.DEFAULTS["decode_shapes"][1])
     for op in options.OPS:

@@ -148,6 +148,9 @@ def fake_gpus(monkeypatch):
         # an MPS client limited to half the SMs
         {"ordinal": 3, "name": "MPS H100", "cc": "9.0", "sm_count": 66, "device_sm_count": 132,
          "memory_gbps": 3352, "slower_memory": True, "target": "sm_90a"},
+        # an H200 whose plans read an H100's bandwidth (NORMKIT_MEMORY_GBPS)
+        {"ordinal": 4, "name": "Forced H200", "cc": "9.0", "sm_count": 132, "memory_gbps": 3352,
+         "driver_memory_gbps": 4916, "slower_memory": True, "target": "sm_90a"},
     ]
     fake = normkit.cli._C
     monkeypatch.setattr(fake, "device_count", lambda: len(devices))
@@ -167,6 +170,9 @@ def test_doctor_lists_gpus(cli, fake_gpus):
         assert gpu["name"] in out and gpu["target"] in out and str(gpu["sm_count"]) in out
     # The memory class the plans read: an H100's named, an unknown bandwidth said so.
     assert "3352 (H100 plans)" in out and "4916" in out and "unknown" in out
+    # A bandwidth forced by NORMKIT_MEMORY_GBPS is said to be, beside the driver's.
+    assert "* GPU 4: the plans read NORMKIT_MEMORY_GBPS=3352, not the driver's 4916 GB/s" in out
+    assert out.count("NORMKIT_MEMORY_GBPS") == 1
     # The SMs the process may use, beside the device's where they differ (MPS).
     assert "66/132" in out
 
@@ -180,7 +186,7 @@ def test_doctor_selftest_failure_exits_1(cli, fake_gpus):
     code, out, _ = cli("doctor", "--selftest", "--json")
     assert code == 1
     report = json.loads(out)
-    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL", "PASS", "PASS"]
+    assert [g["selftest"] for g in report["gpus"]] == ["PASS", "FAIL", "PASS", "PASS", "PASS"]
 
 
 def test_doctor_without_nvrtc_says_why(cli, monkeypatch):

@@ -97,6 +97,10 @@ struct Config {
   // NORMKIT_PDL=0: launch the norm kernels without programmatic dependent launch
   // (device/normkit/common/pdl.cuh); on by default, used on sm_90+ only.
   bool pdl = true;
+  // NORMKIT_MEMORY_GBPS: the peak DRAM bandwidth (GB/s) the plans read instead of the
+  // driver's (DeviceInfo::memory_gbps), e.g. 3352 to measure an H100's memory-class plans
+  // on an H200; 0 (unset): the driver's.
+  int memory_gbps = 0;
   PlanOverride forward_plan;            // NORMKIT_FORWARD_PLAN (above)
   PlanOverride backward_plan;           // NORMKIT_BACKWARD_PLAN (above)
   // Codegen-affecting variables: they change the binary, so they are part of every cache key.

@@ -82,7 +82,10 @@ struct DeviceInfo {
   // Peak DRAM bandwidth, GB/s, from the driver's memory clock and bus width (0 where the
   // driver reports neither): the plans tell an H100 (~3350) from an H200 (~4900), two
   // sm_90 parts of 132 SMs whose best plans differ (rmsnorm_heuristics.hpp).
+  // NORMKIT_MEMORY_GBPS replaces it where set (Config::memory_gbps); the driver's is then
+  // still driver_memory_gbps.
   int memory_gbps = 0;
+  int driver_memory_gbps = 0;
   Target target;  // resolved compile target
 };
 

@@ -87,4 +87,8 @@ def collect(torch, gpu, mode_reason, device_meta, argv):
         "commit_source": rev_source,
         "command": shlex.join(["normkit", *argv]),
         "hostname": socket.gethostname(),
+        # The NORMKIT_ switches of the run (plans forced, memory class, NVRTC flags, ...):
+        # numbers taken under them are not the defaults'. The commit is "commit" above.
+        "normkit_environment": {k: v for k, v in sorted(os.environ.items())
+                                if k.startswith("NORMKIT_") and k != "NORMKIT_COMMIT"},
     }
