@@ -22,9 +22,9 @@ int context_sm_count(CUcontext ctx) {
 }
 
 // `info` as the plans read it: NORMKIT_MEMORY_GBPS (`forced`, 0 where unset) in place of
-// the driver's bandwidth. Applied at each read rather than cached, so that a reloaded
-// configuration takes effect on devices already seen.
-// Said once per device and value where it differs from the driver's.
+// the driver's bandwidth, said once per device and value where the two differ. Applied
+// at each read rather than cached, so that a reloaded configuration takes effect on
+// devices already seen.
 DeviceInfo with_memory_override(DeviceInfo info, int forced) {
   if (forced <= 0) return info;
   if (forced != info.driver_memory_gbps)

@@ -454,7 +454,14 @@ TEST_F(NormAutoDevice, MemoryGbpsReachesThePlans) {
   EXPECT_EQ(block(), 512u);
   {
     ScopedEnv env({{"NORMKIT_MEMORY_GBPS", "3352"}});
+    testing::internal::CaptureStderr();
     const normkit::rt::DeviceInfo info = Runtime::instance().device_info(0);
+    Runtime::instance().device_info(0);
+    const std::string said = testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("device 0: the plans read NORMKIT_MEMORY_GBPS=3352 GB/s (an H100's memory class)"),
+              std::string::npos)
+        << said;
+    EXPECT_EQ(said.find("NORMKIT_MEMORY_GBPS", said.find("NORMKIT_MEMORY_GBPS") + 1), std::string::npos) << said;
     EXPECT_EQ(info.memory_gbps, 3352);
     EXPECT_EQ(info.driver_memory_gbps, driver);
     EXPECT_EQ(block(), 1024u);
