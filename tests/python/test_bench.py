@@ -60,6 +60,7 @@ def quick_cpu(tmp_path_factory):
 def test_quick_cpu_run_is_valid_and_complete(quick_cpu):
     result, doc, _ = quick_cpu
     assert "CPU mode" in result.stdout
+    assert "NORMKIT_ switches in force: " in result.stdout and "NORMKIT_MEMORY_GBPS=3352" in result.stdout
     assert "Traceback" not in result.stderr
     assert problems(doc) == []
     meta = doc["meta"]

@@ -88,7 +88,8 @@ def collect(torch, gpu, mode_reason, device_meta, argv):
         "command": shlex.join(["normkit", *argv]),
         "hostname": socket.gethostname(),
         # The NORMKIT_ switches of the run (plans forced, memory class, NVRTC flags, ...):
-        # numbers taken under them are not the defaults'. The commit is "commit" above.
+        # numbers taken under them are not the defaults'. The commit is "commit" above; an
+        # empty value is the same as unset (scripts/plan_cases.sh sets the plans so).
         "normkit_environment": {k: v for k, v in sorted(os.environ.items())
-                                if k.startswith("NORMKIT_") and k != "NORMKIT_COMMIT"},
+                                if k.startswith("NORMKIT_") and k != "NORMKIT_COMMIT" and v},
     }

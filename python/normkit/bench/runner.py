@@ -319,6 +319,11 @@ def run(opts, argv):
            "meta": meta.collect(torch, gpu, mode_reason, meta.device_info(torch, gpu, device, cache_bytes,
                                                                           cache_source), argv),
            "rows": [], "latency": [], "host_overhead": None}
+    # Numbers taken under forced plans, another memory class or extra NVRTC flags are not the
+    # defaults': say so before the first row, as the record does (meta.normkit_environment).
+    switches = doc["meta"]["normkit_environment"]
+    if switches:
+        console.line("NORMKIT_ switches in force: " + ", ".join(f"{k}={v}" for k, v in switches.items()))
     doc["meta"].update(
         complete=False, elapsed_s=0.0, eps=impls.EPS, options=opts.as_dict(),
         sweep_elements=shapes.sweep_elements(opts, gpu), implementations=impl_info,
