@@ -255,14 +255,18 @@ def _print_report(out, report, selftest):
         if selftest:
             columns.append("selftest")
         rows = []
+        forced = []  # footnotes of the GPUs whose bandwidth NORMKIT_MEMORY_GBPS replaced
         for gpu in report["gpus"]:
             if gpu["error"]:
                 row = [gpu["ordinal"], f"error: {gpu['error']}", "-", "-", "-", "-"]
             else:
                 gbps = gpu.get("memory_gbps") or 0
                 memory = f"{gbps} (H100 plans)" if gpu.get("slower_memory") else (str(gbps) if gbps else "unknown")
-                if gpu.get("driver_memory_gbps", gbps) != gbps:
+                driver_gbps = gpu.get("driver_memory_gbps", gbps)
+                if driver_gbps != gbps:
                     memory += " *"
+                    forced.append(f"* GPU {gpu['ordinal']}: the plans read NORMKIT_MEMORY_GBPS={gbps}, "
+                                  f"not the driver's {driver_gbps or 'unknown'} GB/s")
                 # Under MPS with an active-thread limit the process may use fewer SMs than the
                 # device has; the grids are sized for those (runtime_device.cpp, device_info).
                 sms = gpu["sm_count"]
@@ -273,11 +277,8 @@ def _print_report(out, report, selftest):
                 row.append(gpu["selftest"])
             rows.append(row)
         out.table(columns, rows, title="GPUs")
-        for gpu in report["gpus"]:
-            driver_gbps = gpu.get("driver_memory_gbps", gpu.get("memory_gbps"))
-            if not gpu["error"] and driver_gbps != gpu.get("memory_gbps"):
-                out.line(f"* GPU {gpu['ordinal']}: the plans read NORMKIT_MEMORY_GBPS={gpu['memory_gbps']}, "
-                         f"not the driver's {driver_gbps or 'unknown'} GB/s")
+        for line in forced:
+            out.line(line)
         if selftest:
             for gpu in report["gpus"]:
                 if gpu["selftest"] == "FAIL":

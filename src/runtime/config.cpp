@@ -1,6 +1,7 @@
 #include "normkit/runtime/config.hpp"
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "normkit/runtime/error.hpp"
@@ -123,6 +124,21 @@ PlanOverride parse_plan_override(const char* variable, const std::string& text) 
   return o;
 }
 
+// `text` as a whole number in decimal digits alone (no sign, space or suffix), or nothing:
+// what the numeric variables accept.
+std::optional<unsigned long long> whole_number(const std::string& text) {
+  if (text.empty() || text[0] < '0' || text[0] > '9') return std::nullopt;
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
+
 bool env_flag(const char* name) {
   const std::string v = env_string(name);
   return v == "1" || v == "true" || v == "TRUE" || v == "yes" || v == "on" || v == "ON";
@@ -158,28 +174,15 @@ Config Config::from_environment() {
   c.assert_no_spills = env_flag("NORMKIT_ASSERT_NO_SPILLS");
   c.log_compiles = env_flag("NORMKIT_LOG_COMPILES");
   if (auto t = env_string("NORMKIT_SYNC_TIMEOUT_US"); !t.empty()) {
-    std::size_t used = 0;
-    unsigned long long us = 0;
-    try {
-      us = std::stoull(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    NK_CHECK(used == t.size() && t[0] >= '0' && t[0] <= '9', "NORMKIT_SYNC_TIMEOUT_US='", t,
-             "' is not a whole number of microseconds (>= 0)");
-    c.sync_timeout_us = us;
+    const std::optional<unsigned long long> us = whole_number(t);
+    NK_CHECK(us.has_value(), "NORMKIT_SYNC_TIMEOUT_US='", t, "' is not a whole number of microseconds (>= 0)");
+    c.sync_timeout_us = *us;
   }
   if (auto g = env_string("NORMKIT_MEMORY_GBPS"); !g.empty()) {
-    std::size_t used = 0;
-    long gbps = 0;
-    try {
-      gbps = std::stol(g, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    NK_CHECK(used == g.size() && g[0] >= '1' && g[0] <= '9' && gbps <= 100000, "NORMKIT_MEMORY_GBPS='", g,
+    const std::optional<unsigned long long> gbps = whole_number(g);
+    NK_CHECK(gbps.has_value() && g[0] != '0' && *gbps <= 100000, "NORMKIT_MEMORY_GBPS='", g,
              "' is not a whole number of GB/s from 1 to 100000 (the peak DRAM bandwidth the plans read)");
-    c.memory_gbps = static_cast<int>(gbps);
+    c.memory_gbps = static_cast<int>(*gbps);
   }
   c.smem_sums = env_switch("NORMKIT_SMEM_SUMS", c.smem_sums);
   c.async_rows = env_switch("NORMKIT_ASYNC_ROWS", c.async_rows);

@@ -104,6 +104,16 @@ TEST(RuntimeConfig, SyncTimeoutIsWholeMicrosecondsOrAClearError) {
   expect_each_rejected("NORMKIT_SYNC_TIMEOUT_US", {"-1", "1.5", "2ms", "x", " 5"});
 }
 
+// NORMKIT_MEMORY_GBPS: a bandwidth of 1-100000 GB/s the plans read instead of the driver's
+// (how it reaches them: the fake-driver test NormAutoDevice.MemoryGbpsReachesThePlans).
+TEST(RuntimeConfig, MemoryGbpsIsABandwidthOrAClearError) {
+  unsetenv("NORMKIT_MEMORY_GBPS");
+  EXPECT_EQ(Config::from_environment().memory_gbps, 0);
+  setenv("NORMKIT_MEMORY_GBPS", "3352", 1);
+  EXPECT_EQ(Config::from_environment().memory_gbps, 3352);
+  expect_each_rejected("NORMKIT_MEMORY_GBPS", {"0", "-3352", "fast", "3352GB", "200000"});
+}
+
 TEST(RuntimeConfig, PlanOverridesParseTheirKeysOrAreAClearError) {
   for (const char* variable : {"NORMKIT_FORWARD_PLAN", "NORMKIT_BACKWARD_PLAN"}) {
     const bool forward = std::string(variable) == "NORMKIT_FORWARD_PLAN";

@@ -139,16 +139,6 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = minor; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = fake_pools() ? 1 : 0; return CUDA_SUCCESS;
-    // The memory clock (kHz) and bus width (bits) of FAKE_CUDA_MEMORY, "khz,bits"
-    // (e.g. 3201000,6144 for an H200's); unset, not reported, as a driver without them.
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: {
-      const char* memory = std::getenv("FAKE_CUDA_MEMORY");
-      const char* comma = memory ? std::strchr(memory, ',') : nullptr;
-      if (!comma) return CUDA_ERROR_NOT_SUPPORTED;
-      *v = std::atoi(a == CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE ? memory : comma + 1);
-      return CUDA_SUCCESS;
-    }
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
 }

@@ -5,10 +5,11 @@ through a configuration reload); an `env:` switch is one of the README's table; 
 ones `normkit bench` accepts. The line rules are plan_cases.sh's (see its header)."""
 import argparse
 import pathlib
-import re
 import shlex
 
 import pytest
+
+from test_env_table import readme_table_variables
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CASES = sorted((REPO / "scripts" / "plan_cases").glob("*.txt"))
@@ -48,8 +49,7 @@ def test_cases_file_parses(path, monkeypatch):
     from normkit import _C
     from normkit.bench import options
 
-    readme = (REPO / "README.md").read_text()
-    switches = set(re.findall(r"^\| `(NORMKIT_[A-Z0-9_]+)` \|", readme, re.M))
+    switches = readme_table_variables()
     parser = argparse.ArgumentParser(exit_on_error=False)
     options.add_arguments(parser)
     labels = set()
